@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * config_int.h - the one table of TOLLFREE_* variables.
+ *
+ * Every variable is declared once, here, with its component, type, default
+ * and help.  The table drives parsing (config.c), struct tf_config's fields,
+ * `tollfree-info -c` and the generated RUNTIME PARAMETERS sections of the
+ * man pages, so that documented defaults cannot drift from the code.
+ * getenv() is called nowhere else.
+ */
+#ifndef TOLLFREE_CONFIG_INT_H
+#define TOLLFREE_CONFIG_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stddef.h>
+
+/*
+ * XX(component, NAME, field, type, default, help)
+ * Types: STR (text, at most TF_CONFIG_STR_MAX-1 bytes), UINT (decimal),
+ * SIZE (bytes with K/M/G suffixes or "inf"), BOOL (y/n/yes/no/1/0/on/off),
+ * LOGLEVEL (error/warn/info/debug/trace).
+ */
+#define TF_CONFIG_VARS(XX)                                                     \
+	XX(core, PROVIDER, provider, STR, "auto",                              \
+	   "Provider to open: auto (verbs if an RDMA device exists, else "     \
+	   "soft), soft or verbs")                                              \
+	XX(core, DEVICE, device, STR, "",                                      \
+	   "RDMA device for the verbs provider (empty: the first one)")        \
+	XX(core, LOG_LEVEL, log_level, LOGLEVEL, "warn",                       \
+	   "Log level: error, warn, info, debug or trace")                     \
+	XX(core, STATS, stats, STR, "",                                        \
+	   "Dump context counters at close: stdout, stderr or file:<path>")   \
+	XX(core, POLL_SPIN_US, poll_spin_us, UINT, "50",                       \
+	   "tf_cq_wait busy-polls this long before blocking on the CQ fd")     \
+	XX(core, QP_TIMEOUT_MS, qp_timeout_ms, UINT, "4000",                   \
+	   "Default transport timeout of a QP before RETRY_EXC completions")   \
+	XX(core, QP_MAX_WR, qp_max_wr, UINT, "16384",                          \
+	   "Upper bound on send and receive queue depth")                      \
+	XX(core, CQ_MAX_DEPTH, cq_max_depth, UINT, "65536",                    \
+	   "Upper bound on completion queue depth")                            \
+	XX(soft, TRANSPORT, soft_transport, STR, "auto",                       \
+	   "Soft provider transport: auto (shm to peers on this host, else "   \
+	   "tcp), shm or tcp")                                                  \
+	XX(soft, TCP_ADDR, soft_tcp_addr, STR, "127.0.0.1",                    \
+	   "Soft tcp transport: local IPv4/IPv6 address to listen on and "     \
+	   "advertise")                                                         \
+	XX(soft, TCP_PORT, soft_tcp_port, UINT, "0",                           \
+	   "Soft tcp transport: listening port (0: ephemeral)")                \
+	XX(soft, MAX_MSG, soft_max_msg, SIZE, "16M",                           \
+	   "Soft provider: largest message or one-sided transfer")             \
+	XX(soft, MAX_MR, soft_max_mr, UINT, "65536",                           \
+	   "Soft provider: most memory regions and windows per context")       \
+	XX(soft, SHM_RING_SIZE, soft_shm_ring_size, SIZE, "256K",              \
+	   "Soft shm transport: bytes of each QP's inbound message ring")      \
+	XX(soft, SHM_EAGER, soft_shm_eager, SIZE, "16K",                       \
+	   "Soft shm transport: SENDs up to this size are copied through "     \
+	   "the ring, larger ones are pulled by the receiver")                 \
+	XX(soft, XLATE_ENTRIES, soft_xlate_entries, UINT, "1024",              \
+	   "Translation-cache model: page translations resident on the "      \
+	   "modelled NIC")                                                      \
+	XX(soft, XLATE_MISS_NS, soft_xlate_miss_ns, UINT, "0",                 \
+	   "Translation-cache model: busy-wait added per miss (models a "     \
+	   "hardware NIC fetching a translation)")                             \
+	XX(soft, PROGRESS_THREAD, soft_progress_thread, BOOL, "n",             \
+	   "Soft provider: run a progress thread so that a passive peer "     \
+	   "serves one-sided operations without polling")                      \
+	XX(verbs, GID_INDEX, verbs_gid_index, STR, "auto",                     \
+	   "Verbs provider: GID index (auto: the first RoCE v2 IPv4 GID, "     \
+	   "else 0)")                                                           \
+	XX(verbs, PORT, verbs_port, UINT, "1", "Verbs provider: port number")  \
+	XX(verbs, MTU, verbs_mtu, UINT, "0",                                   \
+	   "Verbs provider: path MTU in bytes (0: the port's active MTU)")
+
+#define TF_CONFIG_STR_MAX 128
+
+#define TF__CFG_CTYPE_STR char
+#define TF__CFG_CTYPE_UINT uint64_t
+#define TF__CFG_CTYPE_SIZE uint64_t
+#define TF__CFG_CTYPE_BOOL bool
+#define TF__CFG_CTYPE_LOGLEVEL int
+#define TF__CFG_DIM_STR [TF_CONFIG_STR_MAX]
+#define TF__CFG_DIM_UINT
+#define TF__CFG_DIM_SIZE
+#define TF__CFG_DIM_BOOL
+#define TF__CFG_DIM_LOGLEVEL
+
+struct tf_config {
+#define TF__CFG_FIELD(_comp, _NAME, _field, _type, _def, _help)                \
+	TF__CFG_CTYPE_##_type _field TF__CFG_DIM_##_type;
+	TF_CONFIG_VARS(TF__CFG_FIELD)
+#undef TF__CFG_FIELD
+};
+
+/* SIZE values equal to this mean "inf". */
+#define TF_CONFIG_SIZE_INF UINT64_MAX
+
+/* Copy the environment-derived configuration (read once) into @cfg. */
+void tf__config_get(struct tf_config *cfg);
+/* Set one field of @cfg from text, by name (without prefix). 0/-EINVAL/-ENOENT */
+int tf__config_set(struct tf_config *cfg, const char *name, const char *value);
+/* Parse a size ("64K", "inf"); 0 or -EINVAL. */
+int tf__config_parse_size(const char *s, uint64_t *out);
+
+#endif /* TOLLFREE_CONFIG_INT_H */

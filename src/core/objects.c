@@ -1,0 +1,526 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * objects.c - the public entry points for PDs, MRs, MWs, CQs and QPs.  They
+ * check arguments that do not depend on the provider, keep counters and
+ * reference counts, and call the provider's ops.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+
+#include "provider.h"
+
+#define OPS(_ctx) ((_ctx)->ops)
+
+/* ------------------------------------------------------------- PD */
+
+int tf_pd_create(tf_context_t *ctx, tf_pd_t **pd_p)
+{
+	struct tf_pd *pd;
+	int ret;
+
+	if (!ctx || !pd_p)
+		return -EINVAL;
+	ret = OPS(ctx)->pd_alloc(ctx, &pd);
+	if (ret)
+		return ret;
+	pd->ctx = ctx;
+	atomic_init(&pd->refs, 0);
+	atomic_fetch_add(&ctx->n_pd, 1);
+	*pd_p = pd;
+	return 0;
+}
+
+int tf_pd_destroy(tf_pd_t *pd)
+{
+	struct tf_context *ctx;
+	int ret;
+
+	if (!pd)
+		return 0;
+	ctx = pd->ctx;
+	if (atomic_load(&pd->refs)) {
+		tf_log_warn("core", "pd %p destroyed while in use by %ld objects",
+			    (void *)pd, (long)atomic_load(&pd->refs));
+		return -EBUSY;
+	}
+	ret = OPS(ctx)->pd_free(pd);
+	if (ret)
+		return ret;
+	atomic_fetch_sub(&ctx->n_pd, 1);
+	return 0;
+}
+
+/* ------------------------------------------------------------- MR */
+
+int tf_mr_reg(tf_pd_t *pd, void *addr, size_t length, unsigned access,
+	      tf_mr_t **mr_p)
+{
+	struct tf_context *ctx;
+	struct tf_mr *mr;
+	int ret;
+
+	if (!pd || !mr_p)
+		return -EINVAL;
+	ctx = pd->ctx;
+	if (!addr || !length || (uintptr_t)addr + length < (uintptr_t)addr ||
+	    (access & ~(unsigned)TF_ACCESS_ALL)) {
+		tf_log_debug("core", "mr_reg: invalid arguments");
+		return -EINVAL;
+	}
+	/* As in verbs: a peer may only write where we may write. */
+	if ((access & (TF_ACCESS_REMOTE_WRITE | TF_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & TF_ACCESS_LOCAL_WRITE)) {
+		tf_log_debug("core", "mr_reg: remote write/atomic without "
+				     "local write");
+		return -EINVAL;
+	}
+	ret = OPS(ctx)->mr_reg(pd, addr, length, access, &mr);
+	if (ret) {
+		TF_STAT_ADD(ctx, mr_reg_fail, 1);
+		return ret;
+	}
+	mr->pd = pd;
+	mr->addr = addr;
+	mr->length = length;
+	mr->access = access;
+	atomic_fetch_add(&pd->refs, 1);
+	atomic_fetch_add(&ctx->n_mr, 1);
+	TF_STAT_ADD(ctx, mr_reg, 1);
+	TF_STAT_ADD(ctx, pinned_bytes, length);
+	*mr_p = mr;
+	return 0;
+}
+
+int tf_mr_dereg(tf_mr_t *mr)
+{
+	struct tf_context *ctx;
+	struct tf_pd *pd;
+	size_t length;
+	int ret;
+
+	if (!mr)
+		return 0;
+	pd = mr->pd;
+	ctx = pd->ctx;
+	length = mr->length;
+	ret = OPS(ctx)->mr_dereg(mr);
+	if (ret)
+		return ret;
+	atomic_fetch_sub(&pd->refs, 1);
+	atomic_fetch_sub(&ctx->n_mr, 1);
+	TF_STAT_ADD(ctx, mr_dereg, 1);
+	atomic_fetch_sub_explicit(&ctx->pinned_bytes, length,
+				  memory_order_relaxed);
+	return 0;
+}
+
+uint32_t tf_mr_lkey(const tf_mr_t *mr)
+{
+	return mr->lkey;
+}
+
+uint32_t tf_mr_rkey(const tf_mr_t *mr)
+{
+	return mr->rkey;
+}
+
+void *tf_mr_addr(const tf_mr_t *mr)
+{
+	return mr->addr;
+}
+
+size_t tf_mr_length(const tf_mr_t *mr)
+{
+	return mr->length;
+}
+
+unsigned tf_mr_access(const tf_mr_t *mr)
+{
+	return mr->access;
+}
+
+/* ------------------------------------------------------------- MW */
+
+int tf_mw_alloc(tf_pd_t *pd, tf_mw_t **mw_p)
+{
+	struct tf_mw *mw;
+	int ret;
+
+	if (!pd || !mw_p)
+		return -EINVAL;
+	ret = OPS(pd->ctx)->mw_alloc(pd, &mw);
+	if (ret)
+		return ret;
+	mw->pd = pd;
+	atomic_fetch_add(&pd->refs, 1);
+	atomic_fetch_add(&pd->ctx->n_mw, 1);
+	*mw_p = mw;
+	return 0;
+}
+
+int tf_mw_dealloc(tf_mw_t *mw)
+{
+	struct tf_pd *pd;
+	int ret;
+
+	if (!mw)
+		return 0;
+	pd = mw->pd;
+	ret = OPS(pd->ctx)->mw_dealloc(mw);
+	if (ret)
+		return ret;
+	atomic_fetch_sub(&pd->refs, 1);
+	atomic_fetch_sub(&pd->ctx->n_mw, 1);
+	return 0;
+}
+
+uint32_t tf_mw_rkey(const tf_mw_t *mw)
+{
+	return mw->rkey;
+}
+
+/* ------------------------------------------------------------- CQ */
+
+int tf_cq_create(tf_context_t *ctx, const tf_cq_params_t *params,
+		 tf_cq_t **cq_p)
+{
+	uint32_t depth = 1024;
+	struct tf_cq *cq;
+	int ret;
+
+	if (!ctx || !cq_p)
+		return -EINVAL;
+	if (params && (params->field_mask & TF_CQ_PARAM_DEPTH))
+		depth = params->depth;
+	if (!depth || depth > ctx->cfg.cq_max_depth) {
+		tf_log_debug("core", "cq depth %u out of range 1..%llu", depth,
+			     (unsigned long long)ctx->cfg.cq_max_depth);
+		return -EINVAL;
+	}
+	ret = OPS(ctx)->cq_create(ctx, depth, &cq);
+	if (ret)
+		return ret;
+	cq->ctx = ctx;
+	if (!cq->depth)
+		cq->depth = depth;
+	atomic_init(&cq->refs, 0);
+	atomic_fetch_add(&ctx->n_cq, 1);
+	*cq_p = cq;
+	return 0;
+}
+
+int tf_cq_destroy(tf_cq_t *cq)
+{
+	struct tf_context *ctx;
+	int ret;
+
+	if (!cq)
+		return 0;
+	ctx = cq->ctx;
+	if (atomic_load(&cq->refs)) {
+		tf_log_warn("core", "cq %p destroyed while used by %ld QPs",
+			    (void *)cq, (long)atomic_load(&cq->refs));
+		return -EBUSY;
+	}
+	ret = OPS(ctx)->cq_destroy(cq);
+	if (ret)
+		return ret;
+	atomic_fetch_sub(&ctx->n_cq, 1);
+	return 0;
+}
+
+/* Account for reaped completions in the QP and context counters. */
+static void count_wcs(struct tf_context *ctx, const struct tf_wc *wc, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct tf_qp *qp = wc[i].qp;
+
+		if (wc[i].status == TF_WC_SUCCESS)
+			TF_STAT_ADD(ctx, cqe_ok, 1);
+		else
+			TF_STAT_ADD(ctx, cqe_err, 1);
+		if (!qp)
+			continue;
+		if (wc[i].opcode & TF_WC_RECV)
+			TF_STAT_ADD(qp, recv_completed, 1);
+		else
+			TF_STAT_ADD(qp, send_completed, 1);
+		if (wc[i].status == TF_WC_WR_FLUSH_ERR)
+			TF_STAT_ADD(qp, flushed, 1);
+		else if (wc[i].status != TF_WC_SUCCESS)
+			TF_STAT_ADD(qp, errors, 1);
+	}
+}
+
+int tf_cq_poll(tf_cq_t *cq, int n, struct tf_wc *wc)
+{
+	int ret;
+
+	if (n <= 0 || !wc)
+		return n == 0 ? 0 : -EINVAL;
+	ret = OPS(cq->ctx)->cq_poll(cq, n, wc);
+	if (ret > 0)
+		count_wcs(cq->ctx, wc, ret);
+	return ret;
+}
+
+int tf_cq_fd(tf_cq_t *cq)
+{
+	return OPS(cq->ctx)->cq_fd(cq);
+}
+
+int tf_cq_arm(tf_cq_t *cq)
+{
+	return OPS(cq->ctx)->cq_arm(cq);
+}
+
+/*
+ * Busy-poll first: a wakeup across cores costs tens of microseconds on the
+ * machines we target, more than most operations take.  Then block on the
+ * fd, in slices of at most 1 ms so that providers which make progress only
+ * inside poll calls still move when no progress thread runs.
+ */
+int tf_cq_wait(tf_cq_t *cq, int n, struct tf_wc *wc, int timeout_ms)
+{
+	uint64_t start = tf__now_ns(), now;
+	uint64_t spin_ns = cq->ctx->cfg.poll_spin_us * 1000ull;
+	uint64_t limit_ns = timeout_ms < 0 ? UINT64_MAX
+					   : (uint64_t)timeout_ms * 1000000ull;
+	int fd = -1, ret;
+
+	for (;;) {
+		ret = tf_cq_poll(cq, n, wc);
+		if (ret)
+			return ret;
+		now = tf__now_ns();
+		if (now - start >= limit_ns)
+			return 0;
+		if (now - start < spin_ns)
+			continue;
+		if (fd < 0) {
+			fd = tf_cq_fd(cq);
+			if (fd < 0)
+				fd = -2; /* no fd: sleep-poll */
+		}
+		if (fd >= 0) {
+			struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+			ret = tf_cq_arm(cq);
+			if (ret < 0)
+				return ret;
+			ret = tf_cq_poll(cq, n, wc);
+			if (ret)
+				return ret;
+			poll(&pfd, 1, 1);
+		} else {
+			struct pollfd none;
+
+			poll(&none, 0, 0);
+		}
+	}
+}
+
+const char *tf_wc_status_str(enum tf_wc_status status)
+{
+	static const char *const names[] = {
+		[TF_WC_SUCCESS] = "success",
+		[TF_WC_LOC_LEN_ERR] = "local length error",
+		[TF_WC_LOC_QP_OP_ERR] = "local QP operation error",
+		[TF_WC_LOC_PROT_ERR] = "local protection error",
+		[TF_WC_WR_FLUSH_ERR] = "WR flushed",
+		[TF_WC_MW_BIND_ERR] = "memory window bind error",
+		[TF_WC_REM_INV_REQ_ERR] = "remote invalid request error",
+		[TF_WC_REM_ACCESS_ERR] = "remote access error",
+		[TF_WC_REM_OP_ERR] = "remote operation error",
+		[TF_WC_RETRY_EXC_ERR] = "transport retry counter exceeded",
+		[TF_WC_RNR_RETRY_EXC_ERR] = "RNR retry counter exceeded",
+		[TF_WC_FATAL_ERR] = "fatal error",
+		[TF_WC_GENERAL_ERR] = "general error",
+	};
+
+	if ((unsigned)status >= sizeof(names) / sizeof(names[0]))
+		return "unknown";
+	return names[status];
+}
+
+/* ------------------------------------------------------------- QP */
+
+int tf__qp_attr_init(struct tf_pd *pd, const tf_qp_params_t *p,
+		     struct tf_qp *attr)
+{
+	const struct tf_config *cfg = &pd->ctx->cfg;
+
+	memset(attr, 0, sizeof(*attr));
+	if (!p || !p->send_cq || !p->recv_cq)
+		return -EINVAL;
+	if (p->send_cq->ctx != pd->ctx || p->recv_cq->ctx != pd->ctx)
+		return -EINVAL;
+	attr->pd = pd;
+	attr->send_cq = p->send_cq;
+	attr->recv_cq = p->recv_cq;
+	attr->max_send_wr =
+		(p->field_mask & TF_QP_PARAM_MAX_SEND_WR) ? p->max_send_wr : 256;
+	attr->max_recv_wr =
+		(p->field_mask & TF_QP_PARAM_MAX_RECV_WR) ? p->max_recv_wr : 256;
+	attr->max_sge = (p->field_mask & TF_QP_PARAM_MAX_SGE) ? p->max_sge : 4;
+	attr->max_inline_data =
+		(p->field_mask & TF_QP_PARAM_MAX_INLINE) ? p->max_inline_data
+							 : 256;
+	attr->access = (p->field_mask & TF_QP_PARAM_ACCESS)
+			       ? p->access
+			       : (TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE |
+				  TF_ACCESS_REMOTE_ATOMIC);
+	attr->rnr_retry =
+		(p->field_mask & TF_QP_PARAM_RNR_RETRY) ? p->rnr_retry : 7;
+	attr->timeout_ms = (p->field_mask & TF_QP_PARAM_TIMEOUT)
+				   ? p->timeout_ms
+				   : (uint32_t)cfg->qp_timeout_ms;
+	if (!attr->max_send_wr || !attr->max_recv_wr || !attr->max_sge ||
+	    attr->max_send_wr > cfg->qp_max_wr ||
+	    attr->max_recv_wr > cfg->qp_max_wr || attr->max_sge > 64 ||
+	    attr->max_inline_data > 65536 || attr->rnr_retry > 7 ||
+	    !attr->timeout_ms ||
+	    (attr->access & ~(unsigned)(TF_ACCESS_REMOTE_READ |
+					TF_ACCESS_REMOTE_WRITE |
+					TF_ACCESS_REMOTE_ATOMIC)))
+		return -EINVAL;
+	return 0;
+}
+
+int tf_qp_create(tf_pd_t *pd, const tf_qp_params_t *params, tf_qp_t **qp_p)
+{
+	struct tf_qp attr, *qp;
+	int ret;
+
+	if (!pd || !qp_p)
+		return -EINVAL;
+	ret = tf__qp_attr_init(pd, params, &attr);
+	if (ret) {
+		tf_log_debug("core", "qp_create: invalid parameters");
+		return ret;
+	}
+	ret = OPS(pd->ctx)->qp_create(pd, &attr, &qp);
+	if (ret)
+		return ret;
+	qp->pd = pd;
+	qp->send_cq = attr.send_cq;
+	qp->recv_cq = attr.recv_cq;
+	atomic_fetch_add(&pd->refs, 1);
+	atomic_fetch_add(&attr.send_cq->refs, 1);
+	atomic_fetch_add(&attr.recv_cq->refs, 1);
+	atomic_fetch_add(&pd->ctx->n_qp, 1);
+	TF_STAT_ADD(pd->ctx, qp_created, 1);
+	*qp_p = qp;
+	return 0;
+}
+
+int tf_qp_destroy(tf_qp_t *qp)
+{
+	struct tf_cq *scq, *rcq;
+	struct tf_pd *pd;
+	int ret;
+
+	if (!qp)
+		return 0;
+	pd = qp->pd;
+	scq = qp->send_cq;
+	rcq = qp->recv_cq;
+	ret = OPS(pd->ctx)->qp_destroy(qp);
+	if (ret)
+		return ret;
+	atomic_fetch_sub(&pd->refs, 1);
+	atomic_fetch_sub(&scq->refs, 1);
+	atomic_fetch_sub(&rcq->refs, 1);
+	atomic_fetch_sub(&pd->ctx->n_qp, 1);
+	return 0;
+}
+
+int tf_qp_get_addr(tf_qp_t *qp, void *buf, size_t *len_p)
+{
+	if (!qp || !buf || !len_p)
+		return -EINVAL;
+	return OPS(qp->pd->ctx)->qp_get_addr(qp, buf, len_p);
+}
+
+int tf_qp_connect(tf_qp_t *qp, const void *addr, size_t len)
+{
+	if (!qp || !addr)
+		return -EINVAL;
+	if (!len || len > TF_QP_ADDR_MAX)
+		return -TF_EWIRE;
+	return OPS(qp->pd->ctx)->qp_connect(qp, addr, len);
+}
+
+enum tf_qp_state tf_qp_state(tf_qp_t *qp)
+{
+	return qp->state;
+}
+
+int tf_qp_set_error(tf_qp_t *qp)
+{
+	return OPS(qp->pd->ctx)->qp_set_error(qp);
+}
+
+uint32_t tf_qp_num(const tf_qp_t *qp)
+{
+	return qp->qpn;
+}
+
+int tf_post_send(tf_qp_t *qp, struct tf_send_wr *wr,
+		 struct tf_send_wr **bad_wr_p)
+{
+	struct tf_send_wr *bad = NULL;
+	uint64_t n = 0;
+	int ret;
+
+	ret = OPS(qp->pd->ctx)->post_send(qp, wr, &bad);
+	/* Everything before the bad WR was posted. */
+	for (struct tf_send_wr *w = wr; w && w != bad; w = w->next)
+		n++;
+	if (!ret)
+		bad = NULL;
+	TF_STAT_ADD(qp, send_posted, n);
+	TF_STAT_ADD(qp->pd->ctx, send_posted, n);
+	if (bad_wr_p)
+		*bad_wr_p = bad;
+	return ret;
+}
+
+int tf_post_recv(tf_qp_t *qp, struct tf_recv_wr *wr,
+		 struct tf_recv_wr **bad_wr_p)
+{
+	struct tf_recv_wr *bad = NULL;
+	uint64_t n = 0;
+	int ret;
+
+	ret = OPS(qp->pd->ctx)->post_recv(qp, wr, &bad);
+	for (struct tf_recv_wr *w = wr; w && w != bad; w = w->next)
+		n++;
+	if (!ret)
+		bad = NULL;
+	TF_STAT_ADD(qp, recv_posted, n);
+	TF_STAT_ADD(qp->pd->ctx, recv_posted, n);
+	if (bad_wr_p)
+		*bad_wr_p = bad;
+	return ret;
+}
+
+#define QLOAD(_f) atomic_load_explicit(&qp->_f, memory_order_relaxed)
+
+int tf_qp_query_stats(tf_qp_t *qp, tf_qp_stats_t *s)
+{
+	if (!qp || !s)
+		return -EINVAL;
+	memset(s, 0, sizeof(*s));
+	s->send_posted = QLOAD(send_posted);
+	s->recv_posted = QLOAD(recv_posted);
+	s->send_completed = QLOAD(send_completed);
+	s->recv_completed = QLOAD(recv_completed);
+	s->errors = QLOAD(errors);
+	s->flushed = QLOAD(flushed);
+	s->rnr_retries = QLOAD(rnr_retries);
+	s->bytes_out = QLOAD(bytes_out);
+	s->bytes_in = QLOAD(bytes_in);
+	return 0;
+}

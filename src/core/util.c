@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * util.c - errors, version, allocator hook, randomness and time.
+ */
+#include <errno.h>
+#include <string.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "provider.h"
+
+#define TF__STR2(x) #x
+#define TF__STR(x) TF__STR2(x)
+
+const char *tf_strerror(int err)
+{
+	if (err < 0)
+		err = -err;
+	switch (err) {
+	case 0:
+		return "success";
+#define TF__ERRNO_CASE(_name, _val, _str)                                      \
+	case _val:                                                             \
+		return _str;
+		TF_ERRNO_MAP(TF__ERRNO_CASE)
+#undef TF__ERRNO_CASE
+	default:
+		break;
+	}
+	/* strerror() of glibc returns static strings for known codes; an
+	 * unknown one may use a static buffer, which is still no crash. */
+	return strerror(err);
+}
+
+unsigned tf_version(void)
+{
+	return TOLLFREE_VERSION;
+}
+
+const char *tf_version_string(void)
+{
+	return TF__STR(TOLLFREE_VERSION_MAJOR) "." TF__STR(
+		TOLLFREE_VERSION_MINOR) "." TF__STR(TOLLFREE_VERSION_PATCH);
+}
+
+static tf_allocator_t alloc = {malloc, calloc, realloc, free};
+
+void tf_set_allocator(const tf_allocator_t *a)
+{
+	alloc.malloc_fn = (a && a->malloc_fn) ? a->malloc_fn : malloc;
+	alloc.calloc_fn = (a && a->calloc_fn) ? a->calloc_fn : calloc;
+	alloc.realloc_fn = (a && a->realloc_fn) ? a->realloc_fn : realloc;
+	alloc.free_fn = (a && a->free_fn) ? a->free_fn : free;
+}
+
+void *tf__malloc(size_t size)
+{
+	return alloc.malloc_fn(size);
+}
+
+void *tf__calloc(size_t nmemb, size_t size)
+{
+	return alloc.calloc_fn(nmemb, size);
+}
+
+void *tf__realloc(void *ptr, size_t size)
+{
+	return alloc.realloc_fn(ptr, size);
+}
+
+void tf__free(void *ptr)
+{
+	if (ptr)
+		alloc.free_fn(ptr);
+}
+
+int tf__random(void *buf, size_t len)
+{
+	char *p = buf;
+
+	while (len) {
+		ssize_t n = getrandom(p, len, 0);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			tf_log_error("core", "getrandom failed: %m");
+			return -errno;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+uint32_t tf__random_u32(void)
+{
+	uint32_t v;
+
+	do {
+		if (tf__random(&v, sizeof(v))) {
+			/* getrandom cannot fail on Linux >= 3.17 for small
+			 * requests once the pool is initialized; mix the
+			 * clock as a last resort rather than return 0. */
+			v = (uint32_t)(tf__now_ns() * 0x9E3779B97F4A7C15ull >>
+				       32);
+		}
+	} while (v == 0 || v == UINT32_MAX);
+	return v;
+}
+
+uint64_t tf__now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * provider.h - the interface between the tollfree core and its providers
+ * (the analogue of rdma-core's libibverbs/driver.h).  Users never see it.
+ *
+ * Object model: a provider allocates each object as a larger struct whose
+ * first member is the core's base struct below (struct tf_pd, struct tf_mr,
+ * ...), fills the provider-owned fields and returns the base pointer.  The
+ * core fills the remaining base fields (ctx/pd back pointers, counters) after
+ * the provider op returned, and hands the base pointer to the user.
+ *
+ * Ops: a provider fills a const struct tf_provider_ops.  Slots left NULL are
+ * replaced with defaults that return -EOPNOTSUPP when the context is opened,
+ * so the core never tests for NULL on a call path.
+ */
+#ifndef TOLLFREE_PROVIDER_H
+#define TOLLFREE_PROVIDER_H
+
+#include <tollfree/tollfree.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "config_int.h"
+
+struct tf_provider_ops;
+
+struct tf_context {
+	struct tf_provider_ops *ops; /* full table, defaults filled in */
+	const char *prov_name;
+	char device[64];
+	struct tf_config cfg;        /* configuration in effect */
+	/* Live objects, for leak reports at close. */
+	atomic_long n_pd, n_mr, n_mw, n_cq, n_qp;
+	/* Counters; relaxed atomics because MR ops are thread-safe. */
+	atomic_ullong mr_reg, mr_dereg, mr_reg_fail, pinned_bytes;
+	atomic_ullong mw_bind, mw_inval, qp_created, qp_errors;
+	atomic_ullong send_posted, recv_posted, cqe_ok, cqe_err, bytes_out;
+	atomic_ullong remote_access_denied;
+	atomic_ullong xlate_hits, xlate_misses, xlate_evictions;
+};
+
+struct tf_pd {
+	struct tf_context *ctx;
+	atomic_long refs; /* MRs, MWs and QPs that use the PD */
+};
+
+struct tf_mr {
+	struct tf_pd *pd;
+	void *addr;
+	size_t length;
+	uint32_t lkey;
+	uint32_t rkey;
+	unsigned access;
+};
+
+struct tf_mw {
+	struct tf_pd *pd;
+	uint32_t rkey; /* set by the provider when a BIND_MW is posted */
+};
+
+struct tf_cq {
+	struct tf_context *ctx;
+	uint32_t depth;
+	atomic_long refs; /* QPs that use the CQ */
+};
+
+struct tf_qp {
+	struct tf_pd *pd;
+	struct tf_cq *send_cq;
+	struct tf_cq *recv_cq;
+	uint32_t qpn;              /* set by the provider */
+	enum tf_qp_state state;    /* maintained by the provider */
+	/* Limits after defaults were applied (the provider may raise them). */
+	uint32_t max_send_wr, max_recv_wr, max_sge, max_inline_data;
+	uint32_t access;
+	uint8_t rnr_retry;
+	uint32_t timeout_ms;
+	/* Counters; a QP is serialized by its caller, but completions may be
+	 * produced by a provider progress thread, hence relaxed atomics. */
+	atomic_ullong send_posted, recv_posted, send_completed, recv_completed;
+	atomic_ullong errors, flushed, rnr_retries, bytes_out, bytes_in;
+};
+
+/* Increment a relaxed counter (statistics only, no ordering). */
+#define TF_STAT_ADD(_obj, _field, _n)                                          \
+	atomic_fetch_add_explicit(&(_obj)->_field, (_n), memory_order_relaxed)
+
+struct tf_provider_ops {
+	size_t size; /* sizeof(struct tf_provider_ops), checked at open */
+	const char *name;
+
+	/* 1 if the provider has a usable device, 0 if not, -errno on error. */
+	int (*probe)(const struct tf_config *cfg);
+	/* Optional: list devices (tollfree-info -d). */
+	int (*list_devices)(const struct tf_config *cfg,
+			    void (*fn)(const char *dev, const char *info,
+				       void *arg),
+			    void *arg);
+
+	/* The provider allocates its context struct (base first) and must
+	 * copy *cfg into ctx->cfg. */
+	int (*context_open)(const struct tf_config *cfg,
+			    struct tf_context **ctx_p);
+	void (*context_close)(struct tf_context *ctx);
+	int (*query_caps)(struct tf_context *ctx, tf_caps_t *caps);
+	int (*progress)(struct tf_context *ctx);
+	int (*mem_alloc)(struct tf_context *ctx, size_t size, void **addr_p);
+	void (*mem_free)(struct tf_context *ctx, void *addr, size_t size);
+
+	int (*pd_alloc)(struct tf_context *ctx, struct tf_pd **pd_p);
+	int (*pd_free)(struct tf_pd *pd);
+
+	/* Access flags are validated by the core before mr_reg. */
+	int (*mr_reg)(struct tf_pd *pd, void *addr, size_t length,
+		      unsigned access, struct tf_mr **mr_p);
+	int (*mr_dereg)(struct tf_mr *mr);
+
+	int (*mw_alloc)(struct tf_pd *pd, struct tf_mw **mw_p);
+	int (*mw_dealloc)(struct tf_mw *mw);
+
+	int (*cq_create)(struct tf_context *ctx, uint32_t depth,
+			 struct tf_cq **cq_p);
+	int (*cq_destroy)(struct tf_cq *cq);
+	int (*cq_poll)(struct tf_cq *cq, int n, struct tf_wc *wc);
+	int (*cq_fd)(struct tf_cq *cq);
+	int (*cq_arm)(struct tf_cq *cq);
+
+	/* The core applies defaults and bounds to params (see struct tf_qp
+	 * limits) and passes the result; the provider fills qp->qpn and sets
+	 * qp->state to TF_QPS_INIT. */
+	int (*qp_create)(struct tf_pd *pd, const struct tf_qp *attr,
+			 struct tf_qp **qp_p);
+	int (*qp_destroy)(struct tf_qp *qp);
+	int (*qp_get_addr)(struct tf_qp *qp, void *buf, size_t *len_p);
+	int (*qp_connect)(struct tf_qp *qp, const void *addr, size_t len);
+	int (*qp_set_error)(struct tf_qp *qp);
+
+	int (*post_send)(struct tf_qp *qp, struct tf_send_wr *wr,
+			 struct tf_send_wr **bad_wr_p);
+	int (*post_recv)(struct tf_qp *qp, struct tf_recv_wr *wr,
+			 struct tf_recv_wr **bad_wr_p);
+};
+
+/* Built-in providers, in "auto" preference order (rdma-core's
+ * all_providers.c; no dlopen in v1). */
+extern const struct tf_provider_ops tf_verbs_provider_ops;
+extern const struct tf_provider_ops tf_soft_provider_ops;
+
+/* ---------------------------------------------------------------- helpers
+ * for providers: allocator, logging, randomness, time. */
+
+void *tf__malloc(size_t size);
+void *tf__calloc(size_t nmemb, size_t size);
+void *tf__realloc(void *ptr, size_t size);
+void tf__free(void *ptr);
+
+void tf__log(tf_log_level_t level, const char *subsys, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+bool tf__log_enabled(tf_log_level_t level);
+
+#define tf_log_error(_sub, ...) tf__log(TF_LOG_ERROR, _sub, __VA_ARGS__)
+#define tf_log_warn(_sub, ...) tf__log(TF_LOG_WARN, _sub, __VA_ARGS__)
+#define tf_log_info(_sub, ...) tf__log(TF_LOG_INFO, _sub, __VA_ARGS__)
+#define tf_log_debug(_sub, ...)                                                \
+	do {                                                                   \
+		if (tf__log_enabled(TF_LOG_DEBUG))                             \
+			tf__log(TF_LOG_DEBUG, _sub, __VA_ARGS__);              \
+	} while (0)
+
+/* Fill @buf with CSPRNG bytes (getrandom); 0 or -errno. */
+int tf__random(void *buf, size_t len);
+/* A random 32-bit value that is neither 0 nor ~0; aborts never: falls back
+ * to a logged error and returns a best-effort value only if getrandom is
+ * unavailable, which Linux >= 3.17 rules out. */
+uint32_t tf__random_u32(void);
+
+/* Monotonic time. */
+uint64_t tf__now_ns(void);
+
+/* Apply the core's QP defaults/bounds; used by tf_qp_create. */
+int tf__qp_attr_init(struct tf_pd *pd, const tf_qp_params_t *params,
+		     struct tf_qp *attr);
+
+#endif /* TOLLFREE_PROVIDER_H */

@@ -65,6 +65,31 @@
 	XX(soft, PROGRESS_THREAD, soft_progress_thread, BOOL, "n",             \
 	   "Soft provider: run a progress thread so that a passive peer "     \
 	   "serves one-sided operations without polling")                      \
+	XX(pool, MAX, pool_max, SIZE, "1G",                                    \
+	   "Pools: most chunk memory one pool allocates and registers; a "    \
+	   "rent past it returns -ENOMEM")                                      \
+	XX(pool, CHUNK, pool_chunk, SIZE, "2M",                                \
+	   "Pools: bytes per chunk, registered once (a 2 MiB huge page)")      \
+	XX(pool, MIN_SLICE, pool_min_slice, SIZE, "64",                        \
+	   "Pools: smallest size class (a power of two)")                      \
+	XX(pool, MAX_SLICE, pool_max_slice, SIZE, "1M",                        \
+	   "Pools: largest size class (a power of two)")                       \
+	XX(pool, THREAD_CACHE, pool_thread_cache, UINT, "64",                  \
+	   "Pools: free slices per size class each thread keeps (0: none)")    \
+	XX(pool, MEMORY, pool_memory, STR, "auto",                             \
+	   "Pools: chunk memory: auto (provider memory if shareable, else "    \
+	   "hugetlb, thp, regular), provider, hugetlb, thp or regular")        \
+	XX(rcache, MAX_BYTES, rcache_max_bytes, SIZE, "1G",                    \
+	   "Registration cache: most pinned bytes of cached regions")          \
+	XX(rcache, MAX_REGIONS, rcache_max_regions, UINT, "4096",              \
+	   "Registration cache: most cached regions")                          \
+	XX(rcache, MONITOR, rcache_monitor, STR, "auto",                       \
+	   "Registration cache: unmap monitor: auto (userfaultfd if "         \
+	   "available, else none), uffd (required) or none (explicit "         \
+	   "tf_rcache_invalidate only)")                                         \
+	XX(rcache, CHECK, rcache_check, BOOL, "n",                             \
+	   "Registration cache: verify hits against /proc/self/pagemap and "  \
+	   "treat a changed frame as a stale miss (debug)")                    \
 	XX(verbs, GID_INDEX, verbs_gid_index, STR, "auto",                     \
 	   "Verbs provider: GID index (auto: the first RoCE v2 IPv4 GID, "     \
 	   "else 0)")                                                           \

@@ -3,20 +3,38 @@
  * soft_int.h - internals of the soft provider: a NIC in software.
  *
  * Split of responsibilities (files):
- *   soft.c        context, PD, mem_alloc, caps, progress entry, probe
- *   soft_mr.c     registration (mlock + /proc/self/pagemap), the TPT,
- *                 memory windows, the remote-access check
+ *   soft.c        context, PD, mem_alloc, caps, progress (and its thread),
+ *                 probe, the address blob (encode/decode), connect
+ *   soft_mr.c     registration (mlock + /proc/self/pagemap, page pin
+ *                 refcounts), the TPT, memory windows, the remote-access
+ *                 check, revocation, atomics
  *   soft_xlate.c  the translation-cache model
  *   soft_cq.c     completion queues (ring + eventfd)
  *   soft_qp.c     the engine: QP state machine, WR validation, send/recv
- *                 queues, completions, flush, BIND_MW / LOCAL_INV, the
- *                 execution of one-sided operations at a target
+ *                 queues, completions, flush, BIND_MW / LOCAL_INV
  *   soft_shm.c    transport "shm" (same host)
  *   soft_tcp.c    transport "tcp" (any host)
  *
  * The engine talks to a transport through struct soft_transport_ops; a
- * transport talks back to the engine only through the soft_engine_* and
- * soft_tpt_* functions declared at the end of this file.
+ * transport talks back to the engine only through the soft_engine_*,
+ * soft_tpt_*, soft_sge_*, soft_wqe_* and soft_atomic_* functions declared at
+ * the end of this file.
+ *
+ * Locking (read this before writing a transport):
+ *  - ctx->progress_lock serializes progress: whoever makes progress (a user
+ *    thread in tf_cq_poll / tf_context_progress, or the progress thread)
+ *    takes it with trylock and skips the round when it is busy.  The list
+ *    of QPs (ctx->qps) is changed only with it held, so a transport's
+ *    progress may walk ctx->qps without further locking.
+ *  - qp->lock protects a QP's queues and state.  post_send/post_recv take
+ *    it; a transport's progress must take it (soft_qp_lock) around any call
+ *    into the engine for that QP.  Engine functions below expect it held
+ *    unless stated.
+ *  - ctx->lock protects the TPT allocation, the shared-memory table and
+ *    transports' context-level state; it is never taken with a qp->lock
+ *    held EXCEPT by the engine's revocation path, so transports must not
+ *    take qp->lock while holding ctx->lock.
+ *  - A CQ has its own spinlock (completions may come from any thread).
  */
 #ifndef TOLLFREE_SOFT_INT_H
 #define TOLLFREE_SOFT_INT_H
@@ -29,68 +47,169 @@
 
 #include "provider.h"
 
-/* Wire/blob format version of the soft provider's address blob. */
+_Static_assert(sizeof(void *) == 8, "the soft provider needs 64-bit");
+
+#define SOFT_SUBSYS "soft"
+
+/* Version of the soft provider's address blob (see soft.c for the
+ * layout: little-endian, magic "TFSB"). */
 #define SOFT_ADDR_VERSION 1
+#define SOFT_PAGE_SIZE 4096ul
+
+/* Most QPs per context (QP numbers carry a generation above these bits). */
+#define SOFT_MAX_QP 4096u
+/* Entries of the shared-memory table (tf_mem_alloc regions peers map). */
+#define SOFT_MAX_SHMEM 1024u
 
 struct soft_ctx;
 struct soft_qp;
 struct soft_transport_ops;
 
 /* ---------------------------------------------------------------- TPT
- * The translation and protection table.  It lives in a memfd mapping that
- * same-host peers map read-only: the shm transport checks remote accesses
- * at the initiator against it, so the target CPU does no work for them.
- * A key is 32 random bits from getrandom; its slot is key & tpt_mask, and a
- * new key is drawn until its slot is free.  Entries are updated under a
- * seqlock (seq odd while writing) so that lock-free readers in another
- * process never see a torn entry.
+ * The translation and protection table.  It lives in a memfd that same-host
+ * peers map: page 0 (struct soft_tpt_ctl) read-write, the rest (struct
+ * soft_tpt_hdr and the slots) read-only.  The shm transport checks remote
+ * accesses at the initiator against it, so the target CPU does no work for
+ * them.  A key is 32 random bits from getrandom; its slot is key &
+ * tpt_mask, and a new key is drawn until its slot is free.  Entries are
+ * updated under a seqlock (seq odd while writing) so that lock-free readers
+ * in another process never act on a torn entry.
  */
 enum soft_tpt_type {
 	SOFT_TPT_FREE = 0,
 	SOFT_TPT_MR = 1,
 	SOFT_TPT_MW = 2,
+	SOFT_TPT_RESERVED = 3, /* allocated, not yet valid */
 };
 
 struct soft_tpt_entry {
-	_Atomic uint32_t seq;  /* seqlock */
-	_Atomic uint32_t key;  /* 0: invalid (free or revoked) */
-	uint32_t type;         /* enum soft_tpt_type */
+	_Atomic uint32_t seq; /* seqlock */
+	_Atomic uint32_t key; /* 0: invalid (free or revoked) */
+	uint32_t type;        /* enum soft_tpt_type */
 	uint32_t pd_id;
-	uint32_t access;       /* TF_ACCESS_* */
-	uint32_t qpn;          /* MW: QP the window is bound to */
+	uint32_t access; /* TF_ACCESS_* */
+	uint32_t qpn;    /* MW: QP the window is bound to */
 	uint64_t addr;
 	uint64_t length;
-	/* Where the memory can be mapped by a peer: index into the
-	 * context's shared-memory table (struct soft_shmem_hdr), or -1 when
-	 * the memory is private (then process_vm_readv/writev is used). */
+	/* Where the memory can be mapped by a peer: index into the shared
+	 * memory table of struct soft_tpt_hdr (with its generation), or -1
+	 * when the memory is private (process_vm_readv/writev then). */
 	int32_t shmem_idx;
-	uint32_t pad;
-	uint64_t shmem_off;    /* offset of addr inside that mapping */
+	uint32_t shmem_gen;
+	uint64_t shmem_off; /* offset of addr inside that memfd */
+	uint64_t pad;       /* one entry per cache line */
 };
 
-/* Header of the TPT segment. */
+/* Page 0 of the TPT memfd: the only part peers may write. */
+struct soft_tpt_ctl {
+	/* Rung (incremented) by a shm peer after it queued a message for,
+	 * or flagged an error on, one of this context's QPs: progress looks
+	 * at the QPs only when it moved (or when it waits for acks). */
+	_Atomic uint64_t doorbell;
+	char pad[56];
+	/* A process-shared robust mutex that serializes atomics executed
+	 * on this context's memory, by initiators (shm) or by this context
+	 * for a peer (tcp): RDMA atomics are atomic with respect to each
+	 * other (IBV_ATOMIC_HCA). */
+	pthread_mutex_t atomic_lock;
+};
+
+#define SOFT_TPT_MAGIC 0x5446545054534f46ull /* "FOSTPTFT" */
+
+/* Header of the read-only part, at offset SOFT_PAGE_SIZE of the memfd. */
 struct soft_tpt_hdr {
 	uint64_t magic;
 	uint32_t version;
-	uint32_t nslots;       /* power of two */
-	uint64_t ctx_nonce;    /* random id of the owning context */
+	uint32_t nslots; /* power of two */
+	uint64_t ctx_nonce; /* random id of the owning context */
 	int32_t pid;
 	uint32_t pad;
 	/* Table of memory allocated by tf_mem_alloc that peers may map:
 	 * memfd numbers in the owner's fd table, opened by peers through
-	 * /proc/<pid>/fd/<fd>. */
+	 * /proc/<pid>/fd/<fd>.  gen changes whenever an entry is reused, so
+	 * that a peer's cached mapping of an old memfd is never used. */
 	struct {
-		int32_t fd;    /* -1: unused */
-		uint32_t pad;
+		int32_t fd; /* -1: unused */
+		_Atomic uint32_t gen;
 		uint64_t size;
 		uint64_t addr; /* owner's address */
-	} shmem[256];
-	/* A process-shared robust mutex that serializes atomics executed
-	 * by initiators on this context's memory (RDMA atomics are atomic
-	 * with respect to each other, as IBV_ATOMIC_HCA). */
-	pthread_mutex_t atomic_lock;
-	struct soft_tpt_entry slots[];
+	} shmem[SOFT_MAX_SHMEM];
+	_Alignas(64) struct soft_tpt_entry slots[];
 };
+
+/* Spin-wait hint. */
+static inline void soft_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#else
+	atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+/* Snapshot one entry (seqlock read; works on a peer's mapping too). */
+static inline void soft_tpt_read(const struct soft_tpt_entry *e,
+				 struct soft_tpt_entry *snap)
+{
+	uint32_t s1, s2;
+
+	for (;;) {
+		s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
+		if (s1 & 1) {
+			soft_cpu_relax();
+			continue;
+		}
+		/* A relaxed store: a plain one to an _Atomic member would be
+		 * a sequentially consistent exchange. */
+		atomic_store_explicit(&snap->key,
+				      atomic_load_explicit(&e->key,
+							   memory_order_relaxed),
+				      memory_order_relaxed);
+		snap->type = e->type;
+		snap->pd_id = e->pd_id;
+		snap->access = e->access;
+		snap->qpn = e->qpn;
+		snap->addr = e->addr;
+		snap->length = e->length;
+		snap->shmem_idx = e->shmem_idx;
+		snap->shmem_gen = e->shmem_gen;
+		snap->shmem_off = e->shmem_off;
+		atomic_thread_fence(memory_order_acquire);
+		s2 = atomic_load_explicit(&e->seq, memory_order_relaxed);
+		if (s1 == s2)
+			return;
+	}
+}
+
+/*
+ * The remote-access check of one TPT entry snapshot: key valid, same PD as
+ * the target QP, for a window bound to the target QP, range inside, right
+ * granted by the region/window and by the target QP's access flags.
+ * Shared by the target-side check (tcp) and the initiator-side check (shm).
+ */
+static inline bool soft_tpt_allows(const struct soft_tpt_entry *snap,
+				   uint32_t rkey, uint32_t tgt_pd_id,
+				   uint32_t tgt_qpn, uint32_t tgt_qp_access,
+				   uint64_t addr, uint64_t len, unsigned access)
+{
+	if (!rkey ||
+	    atomic_load_explicit(&snap->key, memory_order_relaxed) != rkey ||
+	    snap->pd_id != tgt_pd_id)
+		return false;
+	if (snap->type == SOFT_TPT_MW) {
+		if (snap->qpn != tgt_qpn)
+			return false;
+	} else if (snap->type != SOFT_TPT_MR) {
+		return false;
+	}
+	if ((snap->access & access) != access ||
+	    (tgt_qp_access & access) != access)
+		return false;
+	if (addr < snap->addr || len > snap->length ||
+	    addr - snap->addr > snap->length - len)
+		return false;
+	return true;
+}
 
 /* ---------------------------------------------------------------- objects */
 
@@ -101,32 +220,46 @@ struct soft_pd {
 
 struct soft_mr {
 	struct tf_mr base;
-	struct soft_tpt_entry *slot; /* the MR's entry (lkey == rkey) */
-	uint64_t *pfns;              /* physical frame per page (0 if the
-				      * kernel hides them from us) */
+	uint32_t slot;         /* index of the MR's entry (lkey == rkey) */
+	uint64_t *pfns;        /* physical frame per page (0 if the kernel
+				* hides them from us: no CAP_SYS_ADMIN) */
 	size_t npages;
-	uintptr_t pin_start;         /* page-aligned pinned range */
+	uintptr_t pin_start;   /* page-aligned pinned range */
 	size_t pin_len;
-	atomic_int mw_bound;         /* windows currently bound over it */
+	atomic_int mw_bound;   /* windows currently bound over it */
+	uint32_t pd_id;
+	int32_t shmem_idx;     /* -1 or the tf_mem_alloc region it lies in */
+	uint32_t shmem_gen;
+	uint64_t shmem_off;
 };
 
 struct soft_mw {
 	struct tf_mw base;
-	struct soft_tpt_entry *slot; /* current slot, NULL if unbound */
-	struct soft_mr *mr;          /* region it is bound over */
-	struct soft_qp *qp;          /* QP it is bound to */
+	bool bound;
+	uint32_t slot;          /* TPT slot while bound */
+	struct soft_mr *mr;     /* region it is bound over */
+	struct soft_qp *qp;     /* QP it is bound to */
 };
 
 /* A completion queue: a ring the engine writes under the CQ lock and the
  * user polls; an eventfd signalled when armed. */
 struct soft_cq {
 	struct tf_cq base;
-	pthread_mutex_t lock;
+	pthread_spinlock_t lock;
 	struct tf_wc *ring;
-	uint32_t size, head, tail; /* head: next to poll; tail: next free */
+	uint32_t size;       /* power of two >= depth (the capacity) */
+	uint32_t head, tail; /* head: next to poll; tail: next free */
+	_Atomic uint32_t count;
 	bool overflow;
 	int efd;
-	bool armed;
+	_Atomic bool armed;
+};
+
+/* Send WQE states (engine). */
+enum soft_swqe_state {
+	SOFT_WQE_POSTED = 0, /* not yet given to the transport */
+	SOFT_WQE_SUBMITTED,  /* the transport owns it until send_done */
+	SOFT_WQE_DONE,       /* completed (CQE written if needed) */
 };
 
 /* A send work queue element: a copy of the user's WR plus state. */
@@ -143,11 +276,13 @@ struct soft_swqe {
 	uint32_t num_sge;
 	uint32_t total_len;
 	struct tf_sge *sge;     /* points into the QP's SGE array */
-	uint8_t *inline_data;   /* TF_SEND_INLINE: copied at post */
-	uint32_t psn;           /* sequence number on the wire */
-	uint64_t t_post_ns;     /* for timeouts */
-	int state;              /* engine/transport private */
-	uint32_t retries;
+	uint8_t *inline_data;   /* TF_SEND_INLINE: payload copied at post
+				 * (then num_sge is 0, total_len its size) */
+	uint32_t psn;           /* transport private: sequence number */
+	uint64_t t_post_ns;     /* transport private: for timeouts */
+	int state;              /* enum soft_swqe_state (engine) */
+	int tp_state;           /* transport private */
+	uint32_t retries;       /* transport private */
 };
 
 struct soft_rwqe {
@@ -160,6 +295,7 @@ struct soft_rwqe {
 /* Peer address, decoded from the blob. */
 struct soft_peer_addr {
 	uint32_t version;
+	uint32_t flags;           /* SOFT_ADDR_F_* : which parts are present */
 	uint32_t qpn;
 	uint32_t pd_id;
 	uint32_t access;          /* the peer QP's remote access flags */
@@ -172,16 +308,25 @@ struct soft_peer_addr {
 	/* tcp part */
 	uint8_t family;           /* 0: none, 4 or 6 */
 	uint8_t ip[16];
-	uint16_t port;
+	uint16_t port;            /* host byte order once decoded */
 };
+
+#define SOFT_ADDR_F_SHM 1u
+#define SOFT_ADDR_F_TCP 2u
 
 struct soft_qp {
 	struct tf_qp base;
 	struct soft_ctx *ctx;
-	pthread_mutex_t lock;     /* queues; progress thread vs. the user */
-	/* send queue: ring of max_send_wr WQEs, in order */
+	/* Queues and state; the user's posts vs. progress.  A spinlock:
+	 * uncontended it costs one atomic exchange, the release a store. */
+	_Atomic int lock;
+	uint32_t pd_id;
+	/* Send queue: ring of sq_size WQEs, a power of two >= max_send_wr
+	 * (indices grow and wrap at 2^32; soft_sq_wqe() masks them).  [sq_head, sq_next) were given to the
+	 * transport or executed by the engine and wait for completion,
+	 * [sq_next, sq_tail) wait to be started, in order. */
 	struct soft_swqe *sq;
-	uint32_t sq_size, sq_head, sq_tail; /* head: oldest not completed */
+	uint32_t sq_size, sq_head, sq_next, sq_tail;
 	/* receive queue */
 	struct soft_rwqe *rq;
 	uint32_t rq_size, rq_head, rq_tail;
@@ -189,13 +334,21 @@ struct soft_qp {
 	uint8_t *sq_inline;              /* max_inline_data per WQE */
 	struct soft_peer_addr peer;
 	bool connected;
+	bool in_list;                     /* in ctx->qps */
+	bool in_kick;                     /* engine: soft_engine_kick runs */
+	_Atomic bool kick_pending;        /* engine: retry submit in progress */
+	enum tf_wc_status recv_err;       /* engine: status for senders once a
+					   * receive failed its local check */
 	const struct soft_transport_ops *tp; /* chosen at connect */
 	void *tp_priv;                    /* transport state */
+	void *shm_seg;                    /* shm: own segment (soft_shm.c) */
+	int shm_seg_fd;
+	size_t shm_seg_size;
 };
 
 /* The translation-cache model (see soft_xlate.c). */
 struct soft_xlate {
-	pthread_mutex_t lock;
+	pthread_spinlock_t lock;
 	uint32_t capacity;
 	uint32_t miss_ns;
 	void *impl;
@@ -203,101 +356,404 @@ struct soft_xlate {
 
 struct soft_ctx {
 	struct tf_context base;
-	pthread_mutex_t lock;       /* TPT allocation, QP table, lists */
+	pthread_mutex_t lock;       /* TPT allocation, shmem table */
+	pthread_mutex_t progress_lock; /* progress; ctx->qps changes */
 	uint64_t nonce;
 	uint8_t host_id[16];
+	int pagemap_fd;
 	/* TPT segment */
 	int tpt_fd;
 	size_t tpt_map_size;
+	struct soft_tpt_ctl *tpt_ctl;
 	struct soft_tpt_hdr *tpt;
 	uint32_t tpt_mask;
 	atomic_uint n_keys;         /* live TPT entries (bounded) */
-	/* QPs by number, for inbound dispatch */
+	void **slot_owner;          /* private: soft_mr / soft_mw per slot */
+	/* Slot + 1 that a target-side access (soft_tpt_check_local) is
+	 * using, 0 if none: the revoker waits for it (Dekker, as shm). */
+	_Atomic uint32_t local_active;
+	/* QPs by number (index qpn % SOFT_MAX_QP), and a dense list of live
+	 * QPs for progress (changed under progress_lock). */
 	struct soft_qp **qp_tab;
-	uint32_t qp_tab_size;
+	uint32_t qp_gen;
+	struct soft_qp **qps;
+	uint32_t n_qps;
+	atomic_uint n_kick;         /* QPs with kick_pending set */
 	struct soft_xlate xlate;
-	/* transports: created lazily */
+	/* transports: created lazily (ctx_init under ctx->lock) */
 	void *shm_priv;
 	void *tcp_priv;
+	_Atomic bool shm_up, tcp_up; /* set once, after ctx_init */
+	atomic_uint n_tcp_qps;      /* QPs connected over tcp */
+	_Atomic uint32_t tick;      /* progress calls, for rare work */
 	bool want_shm, want_tcp;    /* from TOLLFREE_SOFT_TRANSPORT */
 	pthread_t progress_thread;
 	bool progress_running;
 	atomic_bool progress_stop;
 };
 
+static inline struct soft_swqe *soft_sq_wqe(struct soft_qp *qp, uint32_t i)
+{
+	return &qp->sq[i & (qp->sq_size - 1)];
+}
+
+static inline struct soft_rwqe *soft_rq_wqe(struct soft_qp *qp, uint32_t i)
+{
+	return &qp->rq[i & (qp->rq_size - 1)];
+}
+
+static inline uint32_t soft_pow2(uint32_t n)
+{
+	uint32_t p = 1;
+
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+static inline struct soft_ctx *soft_ctx_of(struct tf_context *c)
+{
+	return (struct soft_ctx *)c;
+}
+
+static inline struct soft_qp *soft_qp_of(struct tf_qp *q)
+{
+	return (struct soft_qp *)q;
+}
+
+void soft_qp_lock_slow(struct soft_qp *qp);
+
+/* qp->lock: not recursive. */
+static inline void soft_qp_lock(struct soft_qp *qp)
+{
+	if (__builtin_expect(atomic_exchange_explicit(&qp->lock, 1,
+						      memory_order_acquire),
+			     0))
+		soft_qp_lock_slow(qp);
+}
+
+static inline bool soft_qp_trylock(struct soft_qp *qp)
+{
+	return !atomic_load_explicit(&qp->lock, memory_order_relaxed) &&
+	       !atomic_exchange_explicit(&qp->lock, 1, memory_order_acquire);
+}
+
+static inline void soft_qp_unlock(struct soft_qp *qp)
+{
+	atomic_store_explicit(&qp->lock, 0, memory_order_release);
+}
+
+/* Fields written under qp->lock that progress also reads without it, as
+ * hints (re-checked under the lock): relaxed atomic accesses, so that the
+ * race is defined (and ThreadSanitizer-clean). */
+#define SOFT_READ_ONCE(_x) __atomic_load_n(&(_x), __ATOMIC_RELAXED)
+#define SOFT_WRITE_ONCE(_x, _v) __atomic_store_n(&(_x), (_v), __ATOMIC_RELAXED)
+
+static inline void soft_qp_set_state(struct soft_qp *qp, enum tf_qp_state st)
+{
+	SOFT_WRITE_ONCE(qp->base.state, st);
+}
+
+/* Add to a counter that only the holder of a lock updates (a plain load
+ * and store instead of a locked add; readers see a whole value). */
+#define SOFT_STAT_ADD_LOCKED(_obj, _field, _n)                                 \
+	atomic_store_explicit(                                                 \
+		&(_obj)->_field,                                               \
+		atomic_load_explicit(&(_obj)->_field, memory_order_relaxed) +  \
+			(_n),                                                  \
+		memory_order_relaxed)
+
 /* ---------------------------------------------------------------- transports */
 
 struct soft_transport_ops {
 	const char *name;
-	/* Context-level setup on first use, and teardown at close. */
+	/* Context-level setup on first use (called under ctx->lock), and
+	 * teardown at close (after every QP was destroyed). */
 	int (*ctx_init)(struct soft_ctx *ctx);
 	void (*ctx_fini)(struct soft_ctx *ctx);
-	/* Append this transport's part of the QP's address (fills fields of
-	 * @me: shm: pid/tpt_fd/qp_fd; tcp: family/ip/port). */
+	/* Fill this transport's part of the QP's address in @me: shm:
+	 * pid/tpt_fd/qp_fd; tcp: family/ip/port.  Called without qp->lock. */
 	int (*qp_addr)(struct soft_qp *qp, struct soft_peer_addr *me);
-	/* Connect to qp->peer; may complete asynchronously (work posted
-	 * before the connection is up is queued). */
+	/* Connect to qp->peer (already decoded and checked).  Called with
+	 * qp->lock NOT held and qp->tp already set; may complete
+	 * asynchronously: the engine submits work as soon as the QP is in
+	 * RTS, and the transport queues it until the connection is up.
+	 * Return 0 or -errno (-TF_EPEER when the peer cannot be reached). */
 	int (*connect)(struct soft_qp *qp);
-	/* Start a send WQE (already validated; BIND_MW and LOCAL_INV are
-	 * handled by the engine and never reach the transport). */
+	/*
+	 * Start a send WQE (already validated: SGE lkeys checked, lengths
+	 * within limits; BIND_MW and LOCAL_INV are handled by the engine and
+	 * never reach the transport).  WQEs are submitted in order.  Called
+	 * with qp->lock held.  Returns:
+	 *   0        accepted; the transport later calls
+	 *            soft_engine_send_done() for it, in order (it may do so
+	 *            before returning);
+	 *   -EAGAIN  cannot take it now (window full, ordering); the engine
+	 *            calls submit again for the same WQE from progress;
+	 *   other    the engine completes it with TF_WC_GENERAL_ERR.
+	 */
 	int (*submit)(struct soft_qp *qp, struct soft_swqe *wqe);
-	/* Inbound messages, one-sided operations to serve, timeouts.
-	 * Returns the number of events handled. */
+	/* Inbound messages, one-sided operations to serve, timeouts, peer
+	 * death.  Called with ctx->progress_lock held and no qp->lock.
+	 * Returns the number of events handled (>= 0). */
 	int (*progress)(struct soft_ctx *ctx);
-	/* The QP is being destroyed or went to error: release state, tell
-	 * the peer if possible. */
+	/* The QP went to error (qp->base.state == TF_QPS_ERR, qp->lock held)
+	 * or is being destroyed (state left as is, qp->lock NOT held, the QP
+	 * is already out of ctx->qps).  May be called once for each; must
+	 * stop touching the engine's WQEs (soft_engine_send_done is a no-op
+	 * in error anyway), may tell the peer, and at destroy frees
+	 * qp->tp_priv. */
 	void (*qp_fini)(struct soft_qp *qp);
 };
 
 extern const struct soft_transport_ops soft_shm_transport;
+/* Not weak (changed by the tcp transport's author): a weak reference does
+ * not pull soft_tcp.o out of the static library, so programs linked with
+ * tollfree_static that call nothing else in it saw NULL here. */
 extern const struct soft_transport_ops soft_tcp_transport;
 
 /* ---------------------------------------------------------------- engine API
  * Called by transports.  Unless stated, the caller holds qp->lock. */
 
-/* Complete the oldest outstanding send WQE @wqe with @status (generating a
- * CQE if signalled or failed).  A failure moves the QP to error and
- * flushes the rest. */
+/* Complete the oldest outstanding send WQE @wqe (== soft_sq_wqe(qp,
+ * qp->sq_head)) with @status, generating a CQE if signalled or failed, and
+ * counting bytes_out.  For READ and atomics the transport has already
+ * scattered the data into the WQE's SGEs.  A failure moves the QP to error
+ * and flushes the rest.  No-op once the QP is in error. */
 void soft_engine_send_done(struct soft_qp *qp, struct soft_swqe *wqe,
 			   enum tf_wc_status status);
 
-/* An inbound SEND / SEND_WITH_IMM / SEND_WITH_INV / WRITE_WITH_IMM: take
- * the next receive WQE and scatter @len bytes from @data into it (@data may
- * be NULL with @len 0).  @inv_rkey is invalidated first for
- * SEND_WITH_INV.  Returns TF_WC_SUCCESS, or the status to report to the
- * sender: TF_WC_RNR_RETRY_EXC_ERR when no receive is posted (the caller
- * decides whether to retry), TF_WC_REM_INV_REQ_ERR when the message does
- * not fit (the receive then completes with LOC_LEN_ERR and the QP goes to
- * error), TF_WC_REM_OP_ERR when SEND_WITH_INV names a bad key. */
+/* An inbound SEND / SEND_WITH_IMM / SEND_WITH_INV / RDMA_WRITE_WITH_IMM:
+ * take the next receive WQE and scatter @len bytes from @data into it.
+ * For RDMA_WRITE_WITH_IMM nothing is scattered (@data is ignored, the data
+ * was placed by the write) and @len is the write's length (byte_len).
+ * For SEND_WITH_INV, @inv_rkey is invalidated (it must name a window bound
+ * to @qp) before the completion is written.
+ * Returns TF_WC_SUCCESS, or the status to report to the sender:
+ *   TF_WC_RNR_RETRY_EXC_ERR  no receive posted; nothing consumed, the
+ *                            caller decides whether to retry (and counts
+ *                            rnr_retries at the sender);
+ *   TF_WC_REM_INV_REQ_ERR    the message does not fit: the receive
+ *                            completes with LOC_LEN_ERR and @qp goes to
+ *                            error;
+ *   TF_WC_REM_OP_ERR         SEND_WITH_INV names a bad key, or the
+ *                            receive buffers fail their lkey check: the
+ *                            receive completes with LOC_QP_OP_ERR (bad
+ *                            key) or LOC_PROT_ERR (buffers) and @qp goes
+ *                            to error;
+ *   TF_WC_WR_FLUSH_ERR       @qp is not able to receive (error state).
+ * Counts bytes_in. */
 enum tf_wc_status soft_engine_recv(struct soft_qp *qp, enum tf_wr_opcode op,
 				   const void *data, uint32_t len,
 				   uint32_t imm, uint32_t inv_rkey);
 
-/* Scatter variant used by transports that copy from elsewhere: returns the
- * receive WQE that the next message would consume (NULL if none) without
- * consuming it; soft_engine_recv_commit() consumes it. */
+/* Two-step variant for transports that scatter themselves (e.g. straight
+ * from a socket or with process_vm_readv): peek returns the receive WQE
+ * that the next message would consume, its buffers checked against the
+ * TPT; or NULL if none, if @qp cannot receive, or if the buffers failed
+ * the check (then the receive completed with LOC_PROT_ERR and @qp is in
+ * error).  The caller checks @len <= rwqe->total_len, scatters (see
+ * soft_sge_scatter), then commits.  Commit consumes it exactly as
+ * soft_engine_recv would after the copy (including the length error when
+ * @len > total_len: then do not scatter) and returns the same statuses.
+ * After a NULL peek, call commit anyway (discarding the data): it returns
+ * the status for the sender (RNR_RETRY_EXC_ERR: no receive posted;
+ * REM_OP_ERR: bad receive buffers; WR_FLUSH_ERR: @qp in error). */
 struct soft_rwqe *soft_engine_recv_peek(struct soft_qp *qp);
+enum tf_wc_status soft_engine_recv_commit(struct soft_qp *qp,
+					  enum tf_wr_opcode op, uint32_t len,
+					  uint32_t imm, uint32_t inv_rkey);
 
-/* Move the QP to the error state and flush both queues. */
+/* Move the QP to the error state and flush both queues (every WQE not yet
+ * completed: FLUSH_ERR; the oldest outstanding send WQE gets @why if @why
+ * is not TF_WC_WR_FLUSH_ERR and it was already submitted).  Counts
+ * qp_errors once.  Idempotent. */
 void soft_engine_qp_error(struct soft_qp *qp, enum tf_wc_status why);
 
 /* Check a remote access to THIS context's memory that arrived on @qp
  * (tcp: at the target).  On success *@local_p is the address in this
- * process.  Returns TF_WC_SUCCESS or TF_WC_REM_ACCESS_ERR. */
+ * process and the target-side translations are counted in the model; the
+ * caller then performs the access and should call soft_tpt_access_done()
+ * right after it (the key cannot be revoked in between: LOCAL_INV and
+ * dereg in other threads wait for it; the end of the progress call closes
+ * it too).  Call it only from transport progress.
+ * On failure counts remote_access_denied and moves @qp to error (class C
+ * at the responder, as rxe does); the caller only sends the NAK (the
+ * requester then completes with TF_WC_REM_ACCESS_ERR).
+ * Returns TF_WC_SUCCESS or TF_WC_REM_ACCESS_ERR.  Needs qp->lock. */
 enum tf_wc_status soft_tpt_check_local(struct soft_ctx *ctx,
 				       struct soft_qp *qp, uint32_t rkey,
 				       uint64_t addr, uint64_t len,
 				       unsigned access, void **local_p);
 
-/* Resolve a local SGE list (lkeys) of the local context. */
-enum tf_wc_status soft_sge_check(struct soft_ctx *ctx, const struct tf_sge *sge,
+/* End of the access a successful soft_tpt_check_local() opened.  (If a
+ * transport forgets it, the access counts as open until its progress
+ * call returns: soft_progress closes it then.) */
+void soft_tpt_access_done(struct soft_ctx *ctx);
+
+/* True in the thread that is running soft_progress (transport progress). */
+extern _Thread_local bool soft_in_progress;
+
+/* Check a local SGE list against the TPT (lkeys of @qp's context, same PD
+ * as @qp, range, TF_ACCESS_LOCAL_WRITE if @access asks for it) and count
+ * its translations.  TF_WC_SUCCESS or TF_WC_LOC_PROT_ERR.  The engine
+ * already checks every WQE before submit; transports need not. */
+enum tf_wc_status soft_sge_check(struct soft_qp *qp, const struct tf_sge *sge,
 				 uint32_t n, unsigned access);
 
+/* Copy @len bytes from @src into an SGE list starting @off bytes into it
+ * (the caller checked that it fits). */
+void soft_sge_scatter(const struct tf_sge *sge, uint32_t n, uint64_t off,
+		      const void *src, uint64_t len);
+/* Gather @len bytes of a send WQE's payload (inline data or SGEs) starting
+ * @off bytes into it, into @dst. */
+void soft_wqe_gather(const struct soft_swqe *wqe, uint64_t off, void *dst,
+		     uint64_t len);
+
+/* Execute an atomic (TF_WR_ATOMIC_FETCH_ADD or _CMP_SWP) on 8 bytes of
+ * this context's memory at @addr (checked, aligned), serialized with every
+ * other atomic on this context's memory.  Returns the original value. */
+uint64_t soft_atomic_exec(struct soft_ctx *ctx, uint64_t *addr,
+			  enum tf_wr_opcode op, uint64_t compare_add,
+			  uint64_t swap);
+
 /* Count translations of [addr, addr+len) in the model. */
+/* shm: is there anything for progress to do?  (No locks taken.) */
+bool soft_shm_need_progress(struct soft_ctx *ctx);
+
 void soft_xlate_touch(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
 
-/* QP by number (NULL if none). Caller holds ctx->lock or tolerates races
- * through the QP's own checks. */
+/* QP by number (NULL if none).  Call with ctx->progress_lock held (as in
+ * transport progress) so that the QP cannot be destroyed meanwhile. */
 struct soft_qp *soft_ctx_qp(struct soft_ctx *ctx, uint32_t qpn);
+
+/* ---------------------------------------------------------------- internal
+ * (engine files only) */
+
+int soft_cq_push(struct soft_cq *cq, const struct tf_wc *wc);
+int soft_cq_create(struct tf_context *ctx, uint32_t depth, struct tf_cq **cq_p);
+int soft_cq_destroy(struct tf_cq *cq);
+int soft_cq_poll(struct tf_cq *cq, int n, struct tf_wc *wc);
+int soft_cq_fd(struct tf_cq *cq);
+int soft_cq_arm(struct tf_cq *cq);
+
+int soft_tpt_init(struct soft_ctx *ctx);
+void soft_tpt_fini(struct soft_ctx *ctx);
+int soft_mr_reg(struct tf_pd *pd, void *addr, size_t length, unsigned access,
+		struct tf_mr **mr_p);
+int soft_mr_dereg(struct tf_mr *mr);
+int soft_mw_alloc(struct tf_pd *pd, struct tf_mw **mw_p);
+int soft_mw_dealloc(struct tf_mw *mw);
+/* BIND_MW / LOCAL_INV / SEND_WITH_INV at the receiver (qp->lock held). */
+enum tf_wc_status soft_mw_bind(struct soft_qp *qp, struct soft_swqe *wqe);
+enum tf_wc_status soft_local_inv(struct soft_qp *qp, uint32_t key);
+enum tf_wc_status soft_remote_inv(struct soft_qp *qp, uint32_t key);
+/* Revoke every window bound to @qp (QP destroy). */
+void soft_mw_bind_cancel(struct soft_qp *qp, struct soft_swqe *wqe);
+uint32_t soft_mw_reserve_key(struct soft_qp *qp, struct soft_mw *mw);
+void soft_mw_unbind_qp(struct soft_qp *qp);
+int soft_shmem_register(struct soft_ctx *ctx, int fd, void *addr,
+			uint64_t size);
+void soft_shmem_unregister(struct soft_ctx *ctx, void *addr);
+
+int soft_xlate_init(struct soft_ctx *ctx);
+void soft_xlate_fini(struct soft_ctx *ctx);
+void soft_xlate_insert(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
+void soft_xlate_remove(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
+
+int soft_qp_create(struct tf_pd *pd, const struct tf_qp *attr,
+		   struct tf_qp **qp_p);
+int soft_qp_destroy(struct tf_qp *qp);
+int soft_qp_set_error(struct tf_qp *qp);
+int soft_post_send(struct tf_qp *qp, struct tf_send_wr *wr,
+		   struct tf_send_wr **bad_wr_p);
+int soft_post_recv(struct tf_qp *qp, struct tf_recv_wr *wr,
+		   struct tf_recv_wr **bad_wr_p);
+/* Start waiting WQEs of @qp (qp->lock held). */
+void soft_engine_kick(struct soft_qp *qp);
+/* Progress every QP the engine has pending work for (progress_lock). */
+int soft_engine_progress(struct soft_ctx *ctx);
+int soft_progress(struct tf_context *ctx);
+
+/* shm transport hooks used by the revocation path (soft_mr.c): wait until
+ * no peer is accessing TPT slot @slot through any of this context's QPs. */
+void soft_shm_quiesce(struct soft_ctx *ctx, uint32_t slot);
+/* shm: create/destroy a QP's segment (at QP create/destroy). */
+int soft_shm_qp_init(struct soft_qp *qp);
+void soft_shm_qp_destroy(struct soft_qp *qp);
+
+/* ---------------------------------------------------------------- tcp wire
+ * requested by tcp transport: the frame codec of soft_tcp.c, exposed so that
+ * tests/soft_tcp_frames.c and a fuzzer can call the pure parser directly.
+ *
+ * Every frame starts with a 16-byte common header in network byte order:
+ *   u8 version, u8 opcode, u16 flags, u16 hdr_size, u8 status, u8 reserved,
+ *   u32 size (payload bytes after the header), u32 psn
+ * followed by the opcode's fixed fields (hdr_size covers both) and then
+ * @size bytes of payload.
+ */
+#define SOFT_TCP_VERSION 1
+#define SOFT_TCP_HDR_COMMON 16
+#define SOFT_TCP_HDR_MAX 48
+
+enum soft_tcp_op {
+	SOFT_TCP_OP_HELLO = 1,       /* connector -> acceptor, first frame */
+	SOFT_TCP_OP_SEND = 2,
+	SOFT_TCP_OP_SEND_IMM = 3,
+	SOFT_TCP_OP_SEND_INV = 4,
+	SOFT_TCP_OP_WRITE = 5,
+	SOFT_TCP_OP_WRITE_IMM = 6,
+	SOFT_TCP_OP_READ_REQ = 7,
+	SOFT_TCP_OP_FETCH_ADD = 8,
+	SOFT_TCP_OP_CMP_SWAP = 9,
+	SOFT_TCP_OP_ACK = 10,        /* status 0: ACK, else NAK */
+	SOFT_TCP_OP_READ_RESP = 11,
+	SOFT_TCP_OP_ATOMIC_RESP = 12,
+};
+
+/* Wire status of an ACK frame (a NAK when nonzero). */
+enum soft_tcp_status {
+	SOFT_TCP_ST_OK = 0,
+	SOFT_TCP_ST_RNR = 1,
+	SOFT_TCP_ST_REM_ACCESS = 2,
+	SOFT_TCP_ST_REM_INV_REQ = 3,
+	SOFT_TCP_ST_REM_OP = 4,
+};
+
+/* A decoded header; fields the opcode does not carry are zero. */
+struct soft_tcp_hdr {
+	uint8_t version, opcode, status;
+	uint16_t flags, hdr_size;
+	uint32_t size, psn;
+	uint32_t dst_qpn, src_qpn;     /* HELLO */
+	uint64_t dst_nonce, src_nonce; /* HELLO */
+	uint32_t imm, inv_rkey;        /* SEND*, WRITE_IMM */
+	uint64_t raddr;                /* WRITE*, READ_REQ, atomics */
+	uint32_t rkey;
+	uint32_t length;               /* READ_REQ */
+	uint64_t compare_add, swap;    /* atomics */
+	uint64_t orig;                 /* ATOMIC_RESP */
+};
+
+/* Decode the header at the start of @buf (@len bytes available).  Pure: no
+ * state, no allocation, no logging.  Returns the header size (> 0) when a
+ * complete, valid header was decoded into *@h, 0 when more bytes are needed
+ * (nothing in the bytes seen so far is invalid), -TF_EVERSION for an
+ * unknown version, or -TF_EWIRE for anything else malformed: unknown
+ * opcode or flags, hdr_size other than the opcode's, nonzero reserved
+ * fields, size or length above @max_msg, a payload where the opcode has
+ * none, a status on a request.  On error *@h is unspecified. */
+int soft_tcp_parse_hdr(const void *buf, size_t len, uint64_t max_msg,
+		       struct soft_tcp_hdr *h);
+/* Encode *@h (version and hdr_size are filled in from the opcode) into
+ * @buf of at least SOFT_TCP_HDR_MAX bytes; returns the header size, or
+ * -EINVAL for an unknown opcode. */
+int soft_tcp_encode_hdr(const struct soft_tcp_hdr *h, void *buf);
+/* The connection rule: true when the QP (@my_nonce, @my_qpn) opens the TCP
+ * connection to the peer (@peer_nonce, @peer_qpn), false when it accepts.
+ * The smaller (nonce, qpn) pair connects. */
+bool soft_tcp_is_connector(uint64_t my_nonce, uint32_t my_qpn,
+			   uint64_t peer_nonce, uint32_t peer_qpn);
+/* end of the block requested by tcp transport */
 
 #endif /* TOLLFREE_SOFT_INT_H */

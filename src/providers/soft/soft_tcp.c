@@ -1,0 +1,2198 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * soft_tcp.c - the soft provider's "tcp" transport: one TCP connection per
+ * QP, for peers on other hosts (or on this one).
+ *
+ * Set-up.  Each context has one listening socket (TOLLFREE_SOFT_TCP_ADDR /
+ * TOLLFREE_SOFT_TCP_PORT), created by ctx_init; a QP's address blob carries
+ * its ip/port.  Of two QPs, the one with the smaller (ctx nonce, qpn) pair
+ * connects and the other accepts (soft_tcp_is_connector), so that exactly
+ * one connection is made whatever the order of the two tf_qp_connect calls.
+ * The connector's first frame is a HELLO naming both QPs and both context
+ * nonces; the acceptor attaches the socket to the QP it names only if that
+ * QP was connected to exactly that peer.  A HELLO that arrives before the
+ * local tf_qp_connect waits (bounded in number and time).
+ *
+ * Frames.  A fixed header in network byte order (see soft_int.h, "tcp
+ * wire") then the payload.  The parser is a pure function; anything it
+ * rejects, and any frame that does not fit the connection's state, closes
+ * that connection with one log line and moves its QP to error.
+ *
+ * Reliability.  TCP gives order and delivery, so each request is sent once
+ * and executed once, in order: requests carry a PSN, the responder expects
+ * exactly the next one, and every response (ACK/NAK, READ_RESP,
+ * ATOMIC_RESP) with PSN n also acknowledges every request before n.  The
+ * one exception is RNR: the responder NAKs the SEND it cannot place and
+ * then drops every request until that PSN comes again (go-back-N, as IB
+ * does), and the requester re-sends from there after a short delay.
+ *
+ * Locking (see soft_int.h).  Context-level state (lists of connections,
+ * the epoll set) changes only under ctx->progress_lock.  A connection
+ * attached to a QP is protected by qp->lock: submit runs under it, and
+ * progress takes it (after progress_lock) before touching the connection.
+ * Sockets are closed only under progress_lock, so that a descriptor number
+ * is never reused while progress may still use it.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "soft_int.h"
+
+#define SUB "soft-tcp"
+
+/* Receive buffer kept per connection; frames larger than this grow it up
+ * to one header plus TOLLFREE_SOFT_MAX_MSG. */
+#define TCP_RXBUF_MIN (64u * 1024)
+/* Responses (READ data) this side has queued but not sent yet; above it,
+ * the responder stops executing requests until the peer reads. */
+#define TCP_TX_OWNED_MAX (16u << 20)
+/* Accepted sockets that have not been matched to a QP yet. */
+#define TCP_MAX_PENDING 256
+#define TCP_PENDING_NS	(30ull * 1000000000)
+/* How long a detached connection may drain its last responses. */
+#define TCP_LINGER_NS (2ull * 1000000000)
+/* RNR back-off between re-sends (doubles up to the maximum). */
+#define TCP_RNR_MIN_NS (100ull * 1000)
+#define TCP_RNR_MAX_NS (10ull * 1000000)
+/* Period of the scan for transport timeouts. */
+#define TCP_SCAN_NS (1000000ull)
+#define TCP_EVENTS  64
+/* SGEs gathered on the stack; more are sent through a heap iovec. */
+#define TCP_IOV_STACK 32
+
+enum tcp_state {
+	TCP_CONNECTING, /* connector: connect() in flight */
+	TCP_WAITING,	/* acceptor QP: no socket yet */
+	TCP_PENDING,	/* accepted socket, not matched to a QP yet */
+	TCP_UP,
+	TCP_LINGER, /* detached from its QP: drain, then close */
+	TCP_LOST,   /* socket gone while the QP had nothing outstanding */
+};
+
+/* A frame (or its unsent tail) waiting in a connection's send queue. */
+struct tcp_txe {
+	struct tcp_txe *next;
+	size_t len; /* header + payload */
+	size_t off; /* bytes already sent */
+	uint32_t hdr_len;
+	bool req; /* payload is a WQE's memory (valid until done) */
+	uint32_t niov;
+	uint8_t hdr[SOFT_TCP_HDR_MAX];
+	struct iovec iov[];
+};
+
+struct soft_tcp;
+
+struct tcp_conn {
+	struct soft_tcp *tc;
+	struct tcp_conn *next, *prev; /* tc->conns (progress_lock) */
+	enum tcp_state state;
+	int fd;
+	uint32_t ev;	    /* epoll interest registered, 0 if none */
+	struct soft_qp *qp; /* NULL when pending or lingering */
+	bool detach;	    /* the QP went to error (set under qp->lock) */
+	bool dead;	    /* in the graveyard */
+	bool work;	    /* service at the next pass without an event */
+	bool shut;	    /* shutdown(SHUT_WR) done */
+	bool have_hello;
+	struct soft_tcp_hdr hello;
+	uint64_t deadline_ns; /* pending or lingering: close after */
+	/* receive: valid bytes are rx[rx_off, rx_off + rx_len) */
+	uint8_t *rx;
+	size_t rx_cap, rx_off, rx_len;
+	bool throttled;
+	/* send queue */
+	struct tcp_txe *txq, **txq_tail;
+	size_t tx_owned; /* bytes of queued frames the queue owns */
+	/* requester: WQEs submitted and not completed, in PSN order;
+	 * out_sent of them (from the oldest) have been handed to the send
+	 * path since the last go-back */
+	struct soft_swqe **out;
+	uint32_t out_size, out_head, out_cnt, out_sent;
+	uint32_t next_psn;
+	uint64_t last_act_ns; /* last sign of life while work is due */
+	uint64_t rnr_due_ns;  /* 0, or when to re-send after an RNR NAK */
+	uint64_t rnr_delay_ns;
+	/* responder */
+	uint32_t expect_psn;
+	bool resp_drop; /* after an RNR NAK: drop until expect_psn */
+	bool ack_pending;
+	uint32_t ack_psn;
+};
+
+struct soft_tcp {
+	struct soft_ctx *ctx;
+	int epfd;
+	int lfd;
+	int family; /* AF_INET or AF_INET6 */
+	uint8_t ip[16];
+	uint16_t port;
+	uint64_t max_msg;
+	struct tcp_conn *conns; /* every connection, progress_lock */
+	struct tcp_conn *grave; /* freed at the end of a pass */
+	uint32_t n_pending;
+	uint32_t n_work;
+	atomic_bool kick; /* a QP went to error outside progress */
+	uint64_t next_scan_ns;
+	char listen_tag; /* epoll cookie of the listener */
+};
+
+/* ---------------------------------------------------------------- codec */
+
+static const uint16_t tcp_op_hdr[] = {
+	[SOFT_TCP_OP_HELLO] = 40,     [SOFT_TCP_OP_SEND] = 24,
+	[SOFT_TCP_OP_SEND_IMM] = 24,  [SOFT_TCP_OP_SEND_INV] = 24,
+	[SOFT_TCP_OP_WRITE] = 32,     [SOFT_TCP_OP_WRITE_IMM] = 32,
+	[SOFT_TCP_OP_READ_REQ] = 32,  [SOFT_TCP_OP_FETCH_ADD] = 48,
+	[SOFT_TCP_OP_CMP_SWAP] = 48,  [SOFT_TCP_OP_ACK] = 16,
+	[SOFT_TCP_OP_READ_RESP] = 16, [SOFT_TCP_OP_ATOMIC_RESP] = 24,
+};
+#define TCP_OP_MAX SOFT_TCP_OP_ATOMIC_RESP
+
+static inline uint16_t get16(const uint8_t *p)
+{
+	uint16_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return be16toh(v);
+}
+
+static inline uint32_t get32(const uint8_t *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return be32toh(v);
+}
+
+static inline uint64_t get64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return be64toh(v);
+}
+
+static inline void put16(uint8_t *p, uint16_t v)
+{
+	v = htobe16(v);
+	memcpy(p, &v, sizeof(v));
+}
+
+static inline void put32(uint8_t *p, uint32_t v)
+{
+	v = htobe32(v);
+	memcpy(p, &v, sizeof(v));
+}
+
+static inline void put64(uint8_t *p, uint64_t v)
+{
+	v = htobe64(v);
+	memcpy(p, &v, sizeof(v));
+}
+
+static bool tcp_op_has_payload(unsigned op)
+{
+	switch (op) {
+	case SOFT_TCP_OP_SEND:
+	case SOFT_TCP_OP_SEND_IMM:
+	case SOFT_TCP_OP_SEND_INV:
+	case SOFT_TCP_OP_WRITE:
+	case SOFT_TCP_OP_WRITE_IMM:
+	case SOFT_TCP_OP_READ_RESP:
+		return true;
+	default:
+		return false;
+	}
+}
+
+int soft_tcp_parse_hdr(const void *buf, size_t len, uint64_t max_msg,
+		       struct soft_tcp_hdr *h)
+{
+	const uint8_t *p = buf;
+	unsigned op;
+
+	/* The version is checked first so that a peer speaking another
+	 * version is told apart from garbage as early as possible. */
+	if (len < 1)
+		return 0;
+	if (p[0] != SOFT_TCP_VERSION)
+		return -TF_EVERSION;
+	if (len < 2)
+		return 0;
+	op = p[1];
+	if (op == 0 || op > TCP_OP_MAX)
+		return -TF_EWIRE;
+	if (len < SOFT_TCP_HDR_COMMON)
+		return 0;
+
+	memset(h, 0, sizeof(*h));
+	h->version = p[0];
+	h->opcode = op;
+	h->flags = get16(p + 2);
+	h->hdr_size = get16(p + 4);
+	h->status = p[6];
+	h->size = get32(p + 8);
+	h->psn = get32(p + 12);
+	/* No flags are defined in version 1 and the reserved byte is zero:
+	 * accepting anything else would make them unusable later. */
+	if (h->flags || p[7] || h->hdr_size != tcp_op_hdr[op])
+		return -TF_EWIRE;
+	if (tcp_op_has_payload(op) ? h->size > max_msg : h->size != 0)
+		return -TF_EWIRE;
+	if (op == SOFT_TCP_OP_ACK ? h->status > SOFT_TCP_ST_REM_OP
+				  : h->status != 0)
+		return -TF_EWIRE;
+	if (len < h->hdr_size)
+		return 0;
+
+	switch (op) {
+	case SOFT_TCP_OP_HELLO:
+		h->dst_qpn = get32(p + 16);
+		h->src_qpn = get32(p + 20);
+		h->dst_nonce = get64(p + 24);
+		h->src_nonce = get64(p + 32);
+		if (h->psn)
+			return -TF_EWIRE;
+		break;
+	case SOFT_TCP_OP_SEND:
+	case SOFT_TCP_OP_SEND_IMM:
+	case SOFT_TCP_OP_SEND_INV:
+		h->imm = get32(p + 16);
+		h->inv_rkey = get32(p + 20);
+		if ((op != SOFT_TCP_OP_SEND_IMM && h->imm) ||
+		    (op != SOFT_TCP_OP_SEND_INV && h->inv_rkey))
+			return -TF_EWIRE;
+		break;
+	case SOFT_TCP_OP_WRITE:
+	case SOFT_TCP_OP_WRITE_IMM:
+		h->raddr = get64(p + 16);
+		h->rkey = get32(p + 24);
+		h->imm = get32(p + 28);
+		/* A range that wraps is a well-formed request the target
+		 * refuses (remote access error), not a protocol error. */
+		if (op == SOFT_TCP_OP_WRITE && h->imm)
+			return -TF_EWIRE;
+		break;
+	case SOFT_TCP_OP_READ_REQ:
+		h->raddr = get64(p + 16);
+		h->rkey = get32(p + 24);
+		h->length = get32(p + 28);
+		if (h->length > max_msg)
+			return -TF_EWIRE;
+		break;
+	case SOFT_TCP_OP_FETCH_ADD:
+	case SOFT_TCP_OP_CMP_SWAP:
+		h->raddr = get64(p + 16);
+		h->rkey = get32(p + 24);
+		h->compare_add = get64(p + 32);
+		h->swap = get64(p + 40);
+		if (get32(p + 28) || (op == SOFT_TCP_OP_FETCH_ADD && h->swap))
+			return -TF_EWIRE;
+		break;
+	case SOFT_TCP_OP_ATOMIC_RESP:
+		h->orig = get64(p + 16);
+		break;
+	default: /* ACK, READ_RESP: common header only */
+		break;
+	}
+	return h->hdr_size;
+}
+
+int soft_tcp_encode_hdr(const struct soft_tcp_hdr *h, void *buf)
+{
+	uint8_t *p = buf;
+	unsigned op = h->opcode;
+	uint16_t hs;
+
+	if (op == 0 || op > TCP_OP_MAX)
+		return -EINVAL;
+	hs = tcp_op_hdr[op];
+	memset(p, 0, hs);
+	p[0] = SOFT_TCP_VERSION;
+	p[1] = (uint8_t)op;
+	put16(p + 2, h->flags);
+	put16(p + 4, hs);
+	p[6] = h->status;
+	put32(p + 8, h->size);
+	put32(p + 12, h->psn);
+	switch (op) {
+	case SOFT_TCP_OP_HELLO:
+		put32(p + 16, h->dst_qpn);
+		put32(p + 20, h->src_qpn);
+		put64(p + 24, h->dst_nonce);
+		put64(p + 32, h->src_nonce);
+		break;
+	case SOFT_TCP_OP_SEND:
+	case SOFT_TCP_OP_SEND_IMM:
+	case SOFT_TCP_OP_SEND_INV:
+		put32(p + 16, h->imm);
+		put32(p + 20, h->inv_rkey);
+		break;
+	case SOFT_TCP_OP_WRITE:
+	case SOFT_TCP_OP_WRITE_IMM:
+		put64(p + 16, h->raddr);
+		put32(p + 24, h->rkey);
+		put32(p + 28, h->imm);
+		break;
+	case SOFT_TCP_OP_READ_REQ:
+		put64(p + 16, h->raddr);
+		put32(p + 24, h->rkey);
+		put32(p + 28, h->length);
+		break;
+	case SOFT_TCP_OP_FETCH_ADD:
+	case SOFT_TCP_OP_CMP_SWAP:
+		put64(p + 16, h->raddr);
+		put32(p + 24, h->rkey);
+		put64(p + 32, h->compare_add);
+		put64(p + 40, h->swap);
+		break;
+	case SOFT_TCP_OP_ATOMIC_RESP:
+		put64(p + 16, h->orig);
+		break;
+	default:
+		break;
+	}
+	return hs;
+}
+
+bool soft_tcp_is_connector(uint64_t my_nonce, uint32_t my_qpn,
+			   uint64_t peer_nonce, uint32_t peer_qpn)
+{
+	if (my_nonce != peer_nonce)
+		return my_nonce < peer_nonce;
+	return my_qpn < peer_qpn;
+}
+
+/* PSNs wrap; a precedes b when the forward distance is below 2^31. */
+static inline bool psn_before(uint32_t a, uint32_t b)
+{
+	return (int32_t)(a - b) < 0;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+/* Set while this thread runs tcp_progress for a context, so that a
+ * qp_fini reached from inside progress (through the engine) knows. */
+static __thread struct soft_tcp *tcp_in_progress;
+
+static const char *tcp_fmt_peer(const struct soft_peer_addr *pa, char *buf,
+				size_t len)
+{
+	char ip[INET6_ADDRSTRLEN] = "?";
+
+	inet_ntop(pa->family == 6 ? AF_INET6 : AF_INET, pa->ip, ip, sizeof(ip));
+	snprintf(buf, len, pa->family == 6 ? "[%s]:%u" : "%s:%u", ip,
+		 (unsigned)pa->port);
+	return buf;
+}
+
+static void tcp_set_ev(struct tcp_conn *c, uint32_t ev)
+{
+	struct epoll_event e = {.events = ev, .data.ptr = c};
+
+	if (c->fd < 0 || ev == c->ev)
+		return;
+	if (epoll_ctl(c->tc->epfd, c->ev ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd,
+		      &e) < 0) {
+		tf_log_error(SUB, "epoll_ctl(fd %d): %m", c->fd);
+		return;
+	}
+	c->ev = ev;
+}
+
+/* The epoll interest a connection needs in its state. */
+static void tcp_update_ev(struct tcp_conn *c)
+{
+	uint32_t ev = 0;
+
+	if (c->fd < 0)
+		return;
+	if (c->state == TCP_CONNECTING)
+		ev = EPOLLOUT;
+	else if (!c->throttled)
+		ev = EPOLLIN;
+	if (c->txq)
+		ev |= EPOLLOUT;
+	tcp_set_ev(c, ev);
+}
+
+static void tcp_set_work(struct tcp_conn *c, bool on)
+{
+	if (c->work == on)
+		return;
+	c->work = on;
+	if (on)
+		c->tc->n_work++;
+	else
+		c->tc->n_work--;
+}
+
+static void tcp_txq_free(struct tcp_conn *c)
+{
+	struct tcp_txe *e, *n;
+
+	for (e = c->txq; e; e = n) {
+		n = e->next;
+		tf__free(e);
+	}
+	c->txq = NULL;
+	c->txq_tail = &c->txq;
+	c->tx_owned = 0;
+}
+
+/* The connection no longer serves its QP: it was detached, or the QP went
+ * to error (the engine's qp_fini only marks it; see tcp_qp_fini). */
+static inline bool tcp_gone(const struct tcp_conn *c)
+{
+	return !c->qp || c->detach;
+}
+
+/* Remove from the context's list and queue for freeing.  progress_lock. */
+static void tcp_conn_bury(struct tcp_conn *c)
+{
+	struct soft_tcp *tc = c->tc;
+
+	if (c->dead)
+		return;
+	if (c->fd >= 0) {
+		/* Removing from epoll before close: the fd could be shared
+		 * by a fork, and epoll tracks the open file, not the fd. */
+		if (c->ev)
+			epoll_ctl(tc->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+		c->fd = -1;
+	}
+	if (c->state == TCP_PENDING && tc->n_pending)
+		tc->n_pending--;
+	tcp_set_work(c, false);
+	if (c->prev)
+		c->prev->next = c->next;
+	else if (tc->conns == c)
+		tc->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->dead = true;
+	c->next = tc->grave;
+	c->prev = NULL;
+	tc->grave = c;
+}
+
+static void tcp_conn_free(struct tcp_conn *c)
+{
+	tcp_txq_free(c);
+	tf__free(c->rx);
+	tf__free(c->out);
+	tf__free(c);
+}
+
+static void tcp_free_grave(struct soft_tcp *tc)
+{
+	struct tcp_conn *c;
+
+	while ((c = tc->grave)) {
+		tc->grave = c->next;
+		tcp_conn_free(c);
+	}
+}
+
+static struct tcp_conn *tcp_conn_new(struct soft_tcp *tc, enum tcp_state st)
+{
+	struct tcp_conn *c = tf__calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->tc = tc;
+	c->state = st;
+	c->fd = -1;
+	c->txq_tail = &c->txq;
+	c->rnr_delay_ns = TCP_RNR_MIN_NS;
+	return c;
+}
+
+/* Insert in the context's list.  progress_lock. */
+static void tcp_conn_link(struct tcp_conn *c)
+{
+	struct soft_tcp *tc = c->tc;
+
+	c->prev = NULL;
+	c->next = tc->conns;
+	if (tc->conns)
+		tc->conns->prev = c;
+	tc->conns = c;
+}
+
+static void tcp_nodelay(int fd)
+{
+	int one = 1;
+
+	/* Small frames (ACKs, 1 KiB writes) must leave at once. */
+	if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
+		tf_log_warn(SUB, "setsockopt(TCP_NODELAY): %m");
+}
+
+/* ---------------------------------------------------------------- send path */
+
+/*
+ * Flush the send queue as far as the socket takes it.  Returns 0, or
+ * -errno when the socket failed (the caller tears the connection down).
+ * Several frames go out in one sendmsg.  Lock: the connection's owner.
+ */
+static int tcp_flush(struct tcp_conn *c)
+{
+	struct iovec iov[64];
+	struct msghdr msg = {.msg_iov = iov};
+	struct tcp_txe *e;
+	ssize_t n;
+
+	while (c->txq) {
+		size_t niov = 0;
+
+		for (e = c->txq; e && niov < 64; e = e->next) {
+			size_t skip = e->off, i;
+
+			if (skip < e->hdr_len) {
+				iov[niov].iov_base = e->hdr + skip;
+				iov[niov++].iov_len = e->hdr_len - skip;
+				skip = 0;
+			} else {
+				skip -= e->hdr_len;
+			}
+			for (i = 0; i < e->niov && niov < 64; i++) {
+				if (skip >= e->iov[i].iov_len) {
+					skip -= e->iov[i].iov_len;
+					continue;
+				}
+				iov[niov].iov_base =
+					(uint8_t *)e->iov[i].iov_base + skip;
+				iov[niov++].iov_len = e->iov[i].iov_len - skip;
+				skip = 0;
+			}
+			if (i < e->niov)
+				break;
+		}
+		msg.msg_iovlen = niov;
+		n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n > 0)
+			c->last_act_ns = tf__now_ns();
+		while (n > 0 && (e = c->txq)) {
+			size_t left = e->len - e->off;
+
+			if ((size_t)n < left) {
+				e->off += n;
+				break;
+			}
+			n -= left;
+			c->txq = e->next;
+			if (!e->req)
+				c->tx_owned -= e->len;
+			tf__free(e);
+		}
+		if (!c->txq)
+			c->txq_tail = &c->txq;
+	}
+	return 0;
+}
+
+/*
+ * Send one frame: header @hdr, payload @iov (@niov pieces, @plen bytes).
+ * If nothing is queued before it, it goes straight to the socket; what does
+ * not fit is queued.  @req: the payload is a WQE's memory, which stays valid
+ * until the WQE completes, so it is referenced; otherwise (responses from
+ * registered memory that may go away) it is copied.
+ * Returns 0 or -ENOMEM; socket errors are left for progress to find
+ * (EPOLLERR), so that submit never has to fail a QP.
+ */
+static int tcp_send_frame(struct tcp_conn *c, const uint8_t *hdr, uint32_t hlen,
+			  const struct iovec *iov, uint32_t niov, size_t plen,
+			  bool req)
+{
+	size_t total = hlen + plen, sent = 0, skip, i;
+	struct tcp_txe *e;
+	ssize_t n;
+
+	if (!c->txq && c->state == TCP_UP && c->fd >= 0) {
+		struct iovec v[1 + TCP_IOV_STACK];
+		struct iovec *vp = v;
+		struct msghdr msg = {0};
+
+		if (niov > TCP_IOV_STACK) {
+			vp = tf__malloc((1 + niov) * sizeof(*vp));
+			if (!vp)
+				return -ENOMEM;
+		}
+		vp[0].iov_base = (void *)hdr;
+		vp[0].iov_len = hlen;
+		if (niov)
+			memcpy(vp + 1, iov, niov * sizeof(*iov));
+		msg.msg_iov = vp;
+		msg.msg_iovlen = 1 + niov;
+		do {
+			n = sendmsg(c->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+		} while (n < 0 && errno == EINTR);
+		if (vp != v)
+			tf__free(vp);
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+			return 0; /* broken: EPOLLERR will tell progress */
+		if (n > 0) {
+			c->last_act_ns = tf__now_ns();
+			sent = n;
+		}
+		if (sent == total)
+			return 0;
+	}
+
+	/* Queue the unsent tail.  An owned payload is copied behind the
+	 * iovec array, as one piece. */
+	e = tf__malloc(sizeof(*e) + (req ? niov : 1) * sizeof(struct iovec) +
+		       (req ? 0 : plen));
+	if (!e)
+		return -ENOMEM;
+	e->next = NULL;
+	e->len = total;
+	e->off = sent;
+	e->hdr_len = hlen;
+	e->req = req;
+	memcpy(e->hdr, hdr, hlen);
+	if (req) {
+		e->niov = niov;
+		if (niov)
+			memcpy(e->iov, iov, niov * sizeof(*iov));
+	} else {
+		uint8_t *dst = (uint8_t *)(e->iov + 1);
+
+		e->niov = plen ? 1 : 0;
+		e->iov[0].iov_base = dst;
+		e->iov[0].iov_len = plen;
+		/* Only the unsent part needs to be valid, but copying the
+		 * whole payload keeps offsets simple; it is rare. */
+		skip = 0;
+		for (i = 0; i < niov; i++) {
+			memcpy(dst + skip, iov[i].iov_base, iov[i].iov_len);
+			skip += iov[i].iov_len;
+		}
+		c->tx_owned += total;
+	}
+	*c->txq_tail = e;
+	c->txq_tail = &e->next;
+	tcp_update_ev(c);
+	return 0;
+}
+
+static int tcp_send_simple(struct tcp_conn *c, const struct soft_tcp_hdr *h)
+{
+	uint8_t hdr[SOFT_TCP_HDR_MAX];
+	int hl = soft_tcp_encode_hdr(h, hdr);
+
+	return tcp_send_frame(c, hdr, hl, NULL, 0, 0, false);
+}
+
+/* Send an ACK (status 0) or NAK for request @psn.  It acknowledges every
+ * earlier request too, so a pending coalesced ACK is covered. */
+static int tcp_send_ack(struct tcp_conn *c, uint32_t psn, uint8_t status)
+{
+	struct soft_tcp_hdr h = {
+		.opcode = SOFT_TCP_OP_ACK, .psn = psn, .status = status};
+
+	c->ack_pending = false;
+	return tcp_send_simple(c, &h);
+}
+
+/* Build and send the request frame of @w.  qp->lock held. */
+static int tcp_send_request(struct tcp_conn *c, struct soft_swqe *w)
+{
+	struct soft_tcp_hdr h = {.psn = w->psn};
+	uint8_t hdr[SOFT_TCP_HDR_MAX];
+	struct iovec stack_iov[TCP_IOV_STACK], *iov = stack_iov;
+	uint32_t niov = 0, i;
+	bool payload = false;
+	int hl, ret;
+
+	switch (w->opcode) {
+	case TF_WR_SEND:
+		h.opcode = SOFT_TCP_OP_SEND;
+		payload = true;
+		break;
+	case TF_WR_SEND_WITH_IMM:
+		h.opcode = SOFT_TCP_OP_SEND_IMM;
+		h.imm = w->imm_data;
+		payload = true;
+		break;
+	case TF_WR_SEND_WITH_INV:
+		h.opcode = SOFT_TCP_OP_SEND_INV;
+		h.inv_rkey = w->invalidate_rkey;
+		payload = true;
+		break;
+	case TF_WR_RDMA_WRITE:
+	case TF_WR_RDMA_WRITE_WITH_IMM:
+		h.opcode = w->opcode == TF_WR_RDMA_WRITE
+				   ? SOFT_TCP_OP_WRITE
+				   : SOFT_TCP_OP_WRITE_IMM;
+		h.raddr = w->remote_addr;
+		h.rkey = w->rkey;
+		if (w->opcode == TF_WR_RDMA_WRITE_WITH_IMM)
+			h.imm = w->imm_data;
+		payload = true;
+		break;
+	case TF_WR_RDMA_READ:
+		h.opcode = SOFT_TCP_OP_READ_REQ;
+		h.raddr = w->remote_addr;
+		h.rkey = w->rkey;
+		h.length = w->total_len;
+		break;
+	case TF_WR_ATOMIC_FETCH_ADD:
+	case TF_WR_ATOMIC_CMP_SWP:
+		h.opcode = w->opcode == TF_WR_ATOMIC_FETCH_ADD
+				   ? SOFT_TCP_OP_FETCH_ADD
+				   : SOFT_TCP_OP_CMP_SWAP;
+		h.raddr = w->remote_addr;
+		h.rkey = w->rkey;
+		h.compare_add = w->compare_add;
+		if (w->opcode == TF_WR_ATOMIC_CMP_SWP)
+			h.swap = w->swap;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (payload) {
+		h.size = w->total_len;
+		if (w->inline_data) {
+			if (w->total_len) {
+				iov[0].iov_base = w->inline_data;
+				iov[0].iov_len = w->total_len;
+				niov = 1;
+			}
+		} else {
+			if (w->num_sge > TCP_IOV_STACK) {
+				iov = tf__malloc(w->num_sge * sizeof(*iov));
+				if (!iov)
+					return -ENOMEM;
+			}
+			for (i = 0; i < w->num_sge; i++) {
+				if (!w->sge[i].length)
+					continue;
+				iov[niov].iov_base =
+					(void *)(uintptr_t)w->sge[i].addr;
+				iov[niov++].iov_len = w->sge[i].length;
+			}
+		}
+	}
+	hl = soft_tcp_encode_hdr(&h, hdr);
+	ret = tcp_send_frame(c, hdr, hl, niov ? iov : NULL, niov, h.size, true);
+	if (iov != stack_iov)
+		tf__free(iov);
+	return ret;
+}
+
+/* Hand every submitted but unsent request to the send path, unless the
+ * connection is not up or an RNR back-off is running.  qp->lock held. */
+static int tcp_push_requests(struct tcp_conn *c)
+{
+	int ret;
+
+	if (c->state != TCP_UP || c->rnr_due_ns)
+		return 0;
+	while (c->out_sent < c->out_cnt) {
+		struct soft_swqe *w =
+			c->out[(c->out_head + c->out_sent) % c->out_size];
+
+		ret = tcp_send_request(c, w);
+		if (ret)
+			return ret;
+		c->out_sent++;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- teardown */
+
+/*
+ * Detach @c from its QP (which is, or is about to be, in error): the engine's
+ * WQEs are forgotten, queued requests are dropped (their memory belongs to
+ * the user again once flushed), queued responses (a NAK, READ data) may
+ * still drain while the connection lingers.  progress_lock and qp->lock.
+ */
+static void tcp_detach(struct tcp_conn *c)
+{
+	struct soft_qp *qp = c->qp;
+	struct tcp_txe *e, *n, **tail;
+	bool abort_now = false;
+
+	if (qp) {
+		qp->tp_priv = NULL;
+		c->qp = NULL;
+	}
+	c->out_cnt = c->out_sent = 0;
+	/* A request frame that is half on the wire cannot be completed
+	 * without the user's memory: then the stream is cut at once. */
+	if (c->txq && c->txq->req && c->txq->off)
+		abort_now = true;
+	tail = &c->txq;
+	for (e = c->txq; e; e = n) {
+		n = e->next;
+		if (e->req) {
+			tf__free(e);
+			continue;
+		}
+		*tail = e;
+		tail = &e->next;
+	}
+	*tail = NULL;
+	c->txq_tail = tail;
+	if (abort_now || c->fd < 0 || c->state == TCP_CONNECTING ||
+	    c->state == TCP_WAITING) {
+		tcp_conn_bury(c);
+		return;
+	}
+	c->state = TCP_LINGER;
+	c->throttled = false;
+	c->deadline_ns = tf__now_ns() + TCP_LINGER_NS;
+	if (!c->txq && !c->shut) {
+		shutdown(c->fd, SHUT_WR);
+		c->shut = true;
+	}
+	tcp_update_ev(c);
+}
+
+/*
+ * The connection failed (EOF, reset, malformed frame, timeout): move the QP
+ * to error; its oldest outstanding send WQE completes with @why, the rest
+ * are flushed.  progress_lock and qp->lock.
+ */
+static void tcp_fail(struct tcp_conn *c, enum tf_wc_status why)
+{
+	struct soft_qp *qp = c->qp;
+
+	if (qp) {
+		/* The engine calls qp_fini, which only marks the connection
+		 * (we are inside progress); the detach is done here. */
+		soft_engine_qp_error(qp, why);
+		if (c->qp)
+			tcp_detach(c);
+	}
+	tcp_conn_bury(c);
+}
+
+/*
+ * The peer closed the stream cleanly while this QP had no work in flight
+ * and no partial frame.  As with RC hardware, where a peer's death is seen
+ * only by the next request that gets no answer, the QP stays usable until
+ * it sends: then that WQE fails with RETRY_EXC (tcp_scan).  Its posted
+ * receives are not flushed, so a peer that merely went to error does not
+ * disturb this side.  progress_lock and qp->lock.
+ */
+static void tcp_lose(struct tcp_conn *c)
+{
+	if (c->ev)
+		epoll_ctl(c->tc->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	c->ev = 0;
+	c->state = TCP_LOST;
+	tcp_txq_free(c);
+	tcp_set_work(c, false);
+}
+
+/* ---------------------------------------------------------------- responder */
+
+static uint8_t tcp_wire_status(enum tf_wc_status st)
+{
+	switch (st) {
+	case TF_WC_RNR_RETRY_EXC_ERR:
+		return SOFT_TCP_ST_RNR;
+	case TF_WC_REM_ACCESS_ERR:
+		return SOFT_TCP_ST_REM_ACCESS;
+	case TF_WC_REM_INV_REQ_ERR:
+		return SOFT_TCP_ST_REM_INV_REQ;
+	default:
+		return SOFT_TCP_ST_REM_OP;
+	}
+}
+
+static enum tf_wc_status tcp_wc_status(uint8_t st)
+{
+	switch (st) {
+	case SOFT_TCP_ST_OK:
+		return TF_WC_SUCCESS;
+	case SOFT_TCP_ST_RNR:
+		return TF_WC_RNR_RETRY_EXC_ERR;
+	case SOFT_TCP_ST_REM_ACCESS:
+		return TF_WC_REM_ACCESS_ERR;
+	case SOFT_TCP_ST_REM_INV_REQ:
+		return TF_WC_REM_INV_REQ_ERR;
+	default:
+		return TF_WC_REM_OP_ERR;
+	}
+}
+
+/*
+ * NAK request @psn with @st and leave the QP in error (the check functions
+ * of the engine already moved it there for access and length errors; this
+ * makes sure of it for the others).  Returns 1: stop reading this stream.
+ */
+static int tcp_nak_fatal(struct tcp_conn *c, uint32_t psn, enum tf_wc_status st)
+{
+	struct soft_qp *qp = c->qp;
+
+	tcp_send_ack(c, psn, tcp_wire_status(st));
+	if (qp) {
+		soft_engine_qp_error(qp, TF_WC_WR_FLUSH_ERR);
+		if (c->qp)
+			tcp_detach(c);
+	}
+	return 1;
+}
+
+static enum tf_wr_opcode tcp_recv_op(unsigned op)
+{
+	switch (op) {
+	case SOFT_TCP_OP_SEND_IMM:
+		return TF_WR_SEND_WITH_IMM;
+	case SOFT_TCP_OP_SEND_INV:
+		return TF_WR_SEND_WITH_INV;
+	case SOFT_TCP_OP_WRITE_IMM:
+		return TF_WR_RDMA_WRITE_WITH_IMM;
+	default:
+		return TF_WR_SEND;
+	}
+}
+
+/*
+ * Execute one request at the target.  Returns 0 to go on with the stream,
+ * 1 to stop (the QP went to error, or we wait for an RNR re-send is not a
+ * reason: dropped frames return 0), -1 for a protocol violation.
+ * progress_lock and qp->lock held.
+ */
+static int tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
+		     const uint8_t *payload)
+{
+	struct soft_qp *qp = c->qp;
+	struct soft_ctx *ctx = qp->ctx;
+	enum tf_wc_status st;
+	void *local = NULL;
+
+	if (h->psn != c->expect_psn) {
+		/* After an RNR NAK everything up to the re-sent PSN was
+		 * already in flight: drop it, the requester sends it again. */
+		if (c->resp_drop)
+			return 0;
+		tf_log_error(SUB, "qp %u: request psn %u, expected %u",
+			     qp->base.qpn, h->psn, c->expect_psn);
+		return -1;
+	}
+	c->resp_drop = false;
+
+	switch (h->opcode) {
+	case SOFT_TCP_OP_WRITE:
+	case SOFT_TCP_OP_WRITE_IMM:
+		/* Zero-length writes check no key, as in verbs. */
+		if (h->size) {
+			st = soft_tpt_check_local(
+				ctx, qp, h->rkey, h->raddr, h->size,
+				TF_ACCESS_REMOTE_WRITE, &local);
+			if (st != TF_WC_SUCCESS)
+				return tcp_nak_fatal(c, h->psn, st);
+		}
+		if (h->opcode == SOFT_TCP_OP_WRITE_IMM &&
+		    !soft_engine_recv_peek(qp)) {
+			/* Nothing is placed until a receive is there: the
+			 * whole request is retried. */
+			goto rnr;
+		}
+		if (h->size)
+			memcpy(local, payload, h->size);
+		if (h->opcode == SOFT_TCP_OP_WRITE_IMM) {
+			st = soft_engine_recv(qp, TF_WR_RDMA_WRITE_WITH_IMM,
+					      NULL, h->size, h->imm, 0);
+			if (st == TF_WC_RNR_RETRY_EXC_ERR)
+				goto rnr;
+			if (st != TF_WC_SUCCESS)
+				return tcp_nak_fatal(c, h->psn, st);
+		}
+		break;
+	case SOFT_TCP_OP_SEND:
+	case SOFT_TCP_OP_SEND_IMM:
+	case SOFT_TCP_OP_SEND_INV:
+		st = soft_engine_recv(qp, tcp_recv_op(h->opcode), payload,
+				      h->size, h->imm, h->inv_rkey);
+		if (st == TF_WC_RNR_RETRY_EXC_ERR)
+			goto rnr;
+		if (st != TF_WC_SUCCESS)
+			return tcp_nak_fatal(c, h->psn, st);
+		break;
+	case SOFT_TCP_OP_READ_REQ: {
+		struct soft_tcp_hdr r = {.opcode = SOFT_TCP_OP_READ_RESP,
+					 .psn = h->psn,
+					 .size = h->length};
+		uint8_t hdr[SOFT_TCP_HDR_MAX];
+		struct iovec v;
+		int hl;
+
+		if (h->length) {
+			st = soft_tpt_check_local(
+				ctx, qp, h->rkey, h->raddr, h->length,
+				TF_ACCESS_REMOTE_READ, &local);
+			if (st != TF_WC_SUCCESS)
+				return tcp_nak_fatal(c, h->psn, st);
+		}
+		v.iov_base = local;
+		v.iov_len = h->length;
+		hl = soft_tcp_encode_hdr(&r, hdr);
+		c->expect_psn++;
+		c->ack_pending = false;
+		if (tcp_send_frame(c, hdr, hl, &v, h->length ? 1 : 0, h->length,
+				   false))
+			return tcp_nak_fatal(c, h->psn, TF_WC_REM_OP_ERR);
+		return 0;
+	}
+	case SOFT_TCP_OP_FETCH_ADD:
+	case SOFT_TCP_OP_CMP_SWAP: {
+		struct soft_tcp_hdr r = {.opcode = SOFT_TCP_OP_ATOMIC_RESP,
+					 .psn = h->psn};
+
+		if (h->raddr & 7)
+			return tcp_nak_fatal(c, h->psn, TF_WC_REM_INV_REQ_ERR);
+		st = soft_tpt_check_local(ctx, qp, h->rkey, h->raddr, 8,
+					  TF_ACCESS_REMOTE_ATOMIC, &local);
+		if (st != TF_WC_SUCCESS)
+			return tcp_nak_fatal(c, h->psn, st);
+		r.orig = soft_atomic_exec(ctx, local,
+					  h->opcode == SOFT_TCP_OP_FETCH_ADD
+						  ? TF_WR_ATOMIC_FETCH_ADD
+						  : TF_WR_ATOMIC_CMP_SWP,
+					  h->compare_add, h->swap);
+		c->expect_psn++;
+		c->ack_pending = false;
+		if (tcp_send_simple(c, &r))
+			return tcp_nak_fatal(c, h->psn, TF_WC_REM_OP_ERR);
+		return 0;
+	}
+	default:
+		return -1;
+	}
+	/* WRITE and SEND: acknowledged in a batch when the stream has been
+	 * read (every response acknowledges the earlier requests too). */
+	c->expect_psn++;
+	c->ack_pending = true;
+	c->ack_psn = h->psn;
+	return 0;
+
+rnr:
+	c->resp_drop = true;
+	tcp_send_ack(c, h->psn, SOFT_TCP_ST_RNR);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- requester */
+
+static bool tcp_is_read_like(const struct soft_swqe *w)
+{
+	return w->opcode == TF_WR_RDMA_READ ||
+	       w->opcode == TF_WR_ATOMIC_FETCH_ADD ||
+	       w->opcode == TF_WR_ATOMIC_CMP_SWP;
+}
+
+/* Pop the oldest outstanding WQE.  qp->lock held. */
+static struct soft_swqe *tcp_pop(struct tcp_conn *c)
+{
+	struct soft_swqe *w = c->out[c->out_head % c->out_size];
+
+	c->out_head++;
+	c->out_cnt--;
+	if (c->out_sent)
+		c->out_sent--;
+	return w;
+}
+
+/*
+ * A response (ACK/NAK, READ_RESP, ATOMIC_RESP) arrived.  Returns 0 to go
+ * on, 1 when the QP went to error, -1 for a protocol violation.
+ * progress_lock and qp->lock held.
+ */
+static int tcp_response(struct tcp_conn *c, const struct soft_tcp_hdr *h,
+			const uint8_t *payload)
+{
+	struct soft_qp *qp = c->qp;
+	enum tf_wc_status st;
+	struct soft_swqe *w;
+
+	/* Everything before this PSN is acknowledged by it: those must be
+	 * SENDs and WRITEs, whose only answer is an ACK. */
+	while (c->out_cnt && c->out_sent &&
+	       psn_before(c->out[c->out_head % c->out_size]->psn, h->psn)) {
+		w = c->out[c->out_head % c->out_size];
+		if (tcp_is_read_like(w)) {
+			tf_log_error(SUB,
+				     "qp %u: response %u skips the "
+				     "answer to request %u",
+				     qp->base.qpn, h->psn, w->psn);
+			return -1;
+		}
+		tcp_pop(c);
+		soft_engine_send_done(qp, w, TF_WC_SUCCESS);
+		if (tcp_gone(c))
+			return 1;
+	}
+	if (!c->out_cnt || !c->out_sent ||
+	    c->out[c->out_head % c->out_size]->psn != h->psn) {
+		tf_log_error(SUB,
+			     "qp %u: response to psn %u, which is not "
+			     "outstanding",
+			     qp->base.qpn, h->psn);
+		return -1;
+	}
+	w = c->out[c->out_head % c->out_size];
+
+	if (h->opcode == SOFT_TCP_OP_ACK && h->status == SOFT_TCP_ST_RNR) {
+		if (w->opcode != TF_WR_SEND &&
+		    w->opcode != TF_WR_SEND_WITH_IMM &&
+		    w->opcode != TF_WR_SEND_WITH_INV &&
+		    w->opcode != TF_WR_RDMA_WRITE_WITH_IMM) {
+			tf_log_error(SUB,
+				     "qp %u: RNR NAK for a request that "
+				     "consumes no receive",
+				     qp->base.qpn);
+			return -1;
+		}
+		if (qp->base.rnr_retry != 7 &&
+		    w->retries >= qp->base.rnr_retry) {
+			tcp_pop(c);
+			soft_engine_send_done(qp, w, TF_WC_RNR_RETRY_EXC_ERR);
+			return 1;
+		}
+		w->retries++;
+		TF_STAT_ADD(&qp->base, rnr_retries, 1);
+		/* Go back: everything from w on is sent again after the
+		 * delay (the responder drops what is still in flight). */
+		c->out_sent = 0;
+		c->rnr_due_ns = tf__now_ns() + c->rnr_delay_ns;
+		if (c->rnr_delay_ns < TCP_RNR_MAX_NS)
+			c->rnr_delay_ns *= 2;
+		tcp_set_work(c, true);
+		return 0;
+	}
+	c->rnr_delay_ns = TCP_RNR_MIN_NS;
+
+	switch (h->opcode) {
+	case SOFT_TCP_OP_ACK:
+		if (h->status != SOFT_TCP_ST_OK) {
+			tcp_pop(c);
+			soft_engine_send_done(qp, w, tcp_wc_status(h->status));
+			return 1;
+		}
+		if (tcp_is_read_like(w)) {
+			tf_log_error(SUB, "qp %u: ACK for a READ/atomic",
+				     qp->base.qpn);
+			return -1;
+		}
+		st = TF_WC_SUCCESS;
+		break;
+	case SOFT_TCP_OP_READ_RESP:
+		if (w->opcode != TF_WR_RDMA_READ || h->size != w->total_len) {
+			tf_log_error(SUB,
+				     "qp %u: READ response of %u bytes "
+				     "for a %s of %u",
+				     qp->base.qpn, h->size,
+				     w->opcode == TF_WR_RDMA_READ ? "READ"
+								  : "non-READ",
+				     w->total_len);
+			return -1;
+		}
+		soft_sge_scatter(w->sge, w->num_sge, 0, payload, h->size);
+		st = TF_WC_SUCCESS;
+		break;
+	case SOFT_TCP_OP_ATOMIC_RESP:
+		if (w->opcode != TF_WR_ATOMIC_FETCH_ADD &&
+		    w->opcode != TF_WR_ATOMIC_CMP_SWP) {
+			tf_log_error(SUB,
+				     "qp %u: atomic response for a "
+				     "non-atomic",
+				     qp->base.qpn);
+			return -1;
+		}
+		{
+			uint64_t v = h->orig;
+
+			soft_sge_scatter(w->sge, w->num_sge, 0, &v,
+					 w->total_len < 8 ? w->total_len : 8);
+		}
+		st = TF_WC_SUCCESS;
+		break;
+	default:
+		return -1;
+	}
+	tcp_pop(c);
+	soft_engine_send_done(qp, w, st);
+	return tcp_gone(c) ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- receive */
+
+/* Make room for @need contiguous bytes of frame in the receive buffer. */
+static int tcp_rx_reserve(struct tcp_conn *c, size_t need)
+{
+	size_t cap;
+	uint8_t *nb;
+
+	if (c->rx_off && (c->rx_off + c->rx_len == c->rx_cap ||
+			  c->rx_off + need > c->rx_cap)) {
+		memmove(c->rx, c->rx + c->rx_off, c->rx_len);
+		c->rx_off = 0;
+	}
+	if (need <= c->rx_cap)
+		return 0;
+	cap = c->rx_cap ? c->rx_cap : TCP_RXBUF_MIN;
+	while (cap < need)
+		cap *= 2;
+	nb = tf__realloc(c->rx, cap);
+	if (!nb)
+		return -ENOMEM;
+	c->rx = nb;
+	c->rx_cap = cap;
+	return 0;
+}
+
+/* Read what the socket has.  Returns bytes read, 0 if none now, or
+ * -errno (-ECONNRESET for EOF). */
+static ssize_t tcp_rx_read(struct tcp_conn *c)
+{
+	ssize_t n;
+
+	if (c->rx_off + c->rx_len == c->rx_cap) {
+		int r = tcp_rx_reserve(c, c->rx_len + (c->rx_len < TCP_RXBUF_MIN
+							       ? TCP_RXBUF_MIN
+							       : 4096));
+
+		if (r)
+			return r;
+	}
+	do {
+		n = recv(c->fd, c->rx + c->rx_off + c->rx_len,
+			 c->rx_cap - c->rx_off - c->rx_len, MSG_DONTWAIT);
+	} while (n < 0 && errno == EINTR);
+	if (n > 0) {
+		c->rx_len += n;
+		c->last_act_ns = tf__now_ns();
+		return n;
+	}
+	if (n == 0)
+		return -ECONNRESET;
+	if (errno == EAGAIN || errno == EWOULDBLOCK)
+		return 0;
+	return -errno;
+}
+
+/*
+ * Decode and handle the complete frames in the receive buffer of an UP
+ * connection.  Returns 0, or 1 when the connection was detached or
+ * buried, -1 on a protocol error (already logged).  progress_lock and
+ * qp->lock held.
+ */
+static int tcp_rx_frames(struct tcp_conn *c, int *events)
+{
+	struct soft_tcp_hdr h;
+	int r;
+
+	while (c->rx_len && !tcp_gone(c)) {
+		r = soft_tcp_parse_hdr(c->rx + c->rx_off, c->rx_len,
+				       c->tc->max_msg, &h);
+		if (r < 0) {
+			tf_log_error(SUB,
+				     "qp %u: malformed frame (%s), "
+				     "closing the connection",
+				     c->qp->base.qpn, tf_strerror(r));
+			return -1;
+		}
+		if (r == 0 || c->rx_len < (size_t)r + h.size) {
+			if (r && tcp_rx_reserve(c, (size_t)r + h.size))
+				return -1;
+			break;
+		}
+		if (h.opcode == SOFT_TCP_OP_HELLO) {
+			tf_log_error(SUB,
+				     "qp %u: HELLO on an established "
+				     "connection",
+				     c->qp->base.qpn);
+			return -1;
+		}
+		if (h.opcode == SOFT_TCP_OP_ACK ||
+		    h.opcode == SOFT_TCP_OP_READ_RESP ||
+		    h.opcode == SOFT_TCP_OP_ATOMIC_RESP) {
+			r = tcp_response(c, &h, c->rx + c->rx_off + r);
+		} else {
+			if (c->tx_owned > TCP_TX_OWNED_MAX) {
+				/* The peer does not read our responses:
+				 * stop serving until it does. */
+				c->throttled = true;
+				tcp_update_ev(c);
+				break;
+			}
+			r = tcp_serve(c, &h, c->rx + c->rx_off + r);
+		}
+		if (r < 0)
+			return -1;
+		c->rx_off += h.hdr_size + h.size;
+		c->rx_len -= h.hdr_size + h.size;
+		(*events)++;
+		if (r > 0)
+			return 1;
+	}
+	if (!c->rx_len)
+		c->rx_off = 0;
+	if (c->rx_cap > 4 * TCP_RXBUF_MIN && c->rx_len < TCP_RXBUF_MIN) {
+		/* Give back the memory of a large frame. */
+		memmove(c->rx, c->rx + c->rx_off, c->rx_len);
+		c->rx_off = 0;
+		uint8_t *nb = tf__realloc(c->rx, TCP_RXBUF_MIN);
+
+		if (nb) {
+			c->rx = nb;
+			c->rx_cap = TCP_RXBUF_MIN;
+		}
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------- set-up */
+
+/* The connector's socket is connected: send HELLO and what was queued. */
+static int tcp_connected(struct tcp_conn *c)
+{
+	struct soft_qp *qp = c->qp;
+	struct soft_tcp_hdr h = {.opcode = SOFT_TCP_OP_HELLO,
+				 .dst_qpn = qp->peer.qpn,
+				 .src_qpn = qp->base.qpn,
+				 .dst_nonce = qp->peer.ctx_nonce,
+				 .src_nonce = qp->ctx->nonce};
+	int ret;
+
+	c->state = TCP_UP;
+	c->last_act_ns = tf__now_ns();
+	ret = tcp_send_simple(c, &h);
+	if (!ret)
+		ret = tcp_push_requests(c);
+	tcp_update_ev(c);
+	return ret;
+}
+
+/* Give the socket (and what was read from it) of pending connection @p
+ * to the QP's waiting connection @w.  progress_lock and w's qp->lock. */
+static void tcp_adopt(struct tcp_conn *w, struct tcp_conn *p)
+{
+	uint8_t *rx = w->rx;
+	size_t cap = w->rx_cap;
+	struct epoll_event e = {.events = EPOLLIN, .data.ptr = w};
+
+	w->fd = p->fd;
+	w->ev = p->ev;
+	p->fd = -1;
+	p->ev = 0;
+	w->rx = p->rx;
+	w->rx_cap = p->rx_cap;
+	w->rx_off = p->rx_off;
+	w->rx_len = p->rx_len;
+	p->rx = rx;
+	p->rx_cap = cap;
+	p->rx_len = p->rx_off = 0;
+	if (w->ev && epoll_ctl(w->tc->epfd, EPOLL_CTL_MOD, w->fd, &e) == 0)
+		w->ev = EPOLLIN;
+	w->state = TCP_UP;
+	w->last_act_ns = tf__now_ns();
+	tcp_conn_bury(p);
+	/* Frames that came behind the HELLO are already buffered. */
+	if (w->rx_len)
+		tcp_set_work(w, true);
+}
+
+/* Check the HELLO of pending @p against the waiting connection @w.  */
+static bool tcp_hello_matches(const struct tcp_conn *p,
+			      const struct tcp_conn *w)
+{
+	const struct soft_qp *qp = w->qp;
+
+	return p->hello.src_qpn == qp->peer.qpn &&
+	       p->hello.src_nonce == qp->peer.ctx_nonce;
+}
+
+/*
+ * A pending (accepted) socket: read up to its HELLO and match it to a
+ * QP.  Returns the number of events handled.  progress_lock held.
+ */
+static int tcp_pending_service(struct tcp_conn *p, uint32_t events)
+{
+	struct soft_tcp *tc = p->tc;
+	struct soft_ctx *ctx = tc->ctx;
+	struct tcp_conn *w;
+	ssize_t n;
+	int r;
+
+	if (!p->have_hello) {
+		n = tcp_rx_read(p);
+		if (n < 0) {
+			tcp_conn_bury(p);
+			return 1;
+		}
+		r = soft_tcp_parse_hdr(p->rx + p->rx_off, p->rx_len,
+				       tc->max_msg, &p->hello);
+		if (r == 0)
+			return n > 0;
+		if (r < 0 || p->hello.opcode != SOFT_TCP_OP_HELLO) {
+			tf_log_error(SUB,
+				     "connection without a valid HELLO "
+				     "(%s), closing it",
+				     r < 0 ? tf_strerror(r) : "other frame");
+			tcp_conn_bury(p);
+			return 1;
+		}
+		p->rx_off += r;
+		p->rx_len -= r;
+		if (p->hello.dst_nonce != ctx->nonce) {
+			tf_log_error(SUB,
+				     "HELLO for another context (nonce "
+				     "%016llx), closing the connection",
+				     (unsigned long long)p->hello.dst_nonce);
+			tcp_conn_bury(p);
+			return 1;
+		}
+		p->have_hello = true;
+	} else if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+		/* The connector gave up before our QP was connected. */
+		tcp_conn_bury(p);
+		return 1;
+	}
+	for (w = tc->conns; w; w = w->next) {
+		if (w == p || !w->qp || w->qp->base.qpn != p->hello.dst_qpn)
+			continue;
+		if (w->state != TCP_WAITING || !tcp_hello_matches(p, w)) {
+			tf_log_error(SUB,
+				     "HELLO for qp %u from qp %u: not "
+				     "the peer it waits for, closing it",
+				     p->hello.dst_qpn, p->hello.src_qpn);
+			tcp_conn_bury(p);
+			return 1;
+		}
+		soft_qp_lock(w->qp);
+		if (w->qp && !w->detach) {
+			struct soft_qp *qp = w->qp;
+
+			tcp_adopt(w, p);
+			if (tcp_push_requests(w))
+				tcp_fail(w, TF_WC_GENERAL_ERR);
+			soft_qp_unlock(qp);
+		} else {
+			soft_qp_unlock(w->qp);
+		}
+		return 1;
+	}
+	/* No QP is waiting: either it does not exist, or tf_qp_connect has
+	 * not been called yet on this side (then it will find us). */
+	if (!soft_ctx_qp(ctx, p->hello.dst_qpn)) {
+		tf_log_error(SUB,
+			     "HELLO for qp %u, which does not exist, "
+			     "closing the connection",
+			     p->hello.dst_qpn);
+		tcp_conn_bury(p);
+		return 1;
+	}
+	/* Stop reading until the QP connects (its data stays in the
+	 * socket); the connect call adopts the socket. */
+	tcp_set_ev(p, EPOLLRDHUP);
+	return 1;
+}
+
+static int tcp_accept(struct soft_tcp *tc)
+{
+	struct tcp_conn *c;
+	int fd, n = 0;
+
+	for (;;) {
+		fd = accept4(tc->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK &&
+			    errno != ECONNABORTED)
+				tf_log_warn(SUB, "accept: %m");
+			return n;
+		}
+		n++;
+		if (tc->n_pending >= TCP_MAX_PENDING) {
+			tf_log_warn(SUB,
+				    "%u connections wait for their "
+				    "HELLO; refusing one more",
+				    tc->n_pending);
+			close(fd);
+			continue;
+		}
+		c = tcp_conn_new(tc, TCP_PENDING);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		tcp_nodelay(fd);
+		c->fd = fd;
+		c->deadline_ns = tf__now_ns() + TCP_PENDING_NS;
+		tcp_conn_link(c);
+		tc->n_pending++;
+		tcp_set_ev(c, EPOLLIN);
+	}
+}
+
+/* ---------------------------------------------------------------- progress */
+
+/* A lingering connection: drain the queued responses, then read until
+ * the peer closes (closing with unread data would reset the stream and
+ * could destroy the responses before the peer reads them). */
+static int tcp_linger_service(struct tcp_conn *c)
+{
+	char buf[4096];
+	ssize_t n;
+
+	if (c->txq && tcp_flush(c)) {
+		tcp_conn_bury(c);
+		return 1;
+	}
+	if (c->txq) {
+		tcp_update_ev(c);
+		return 1;
+	}
+	if (!c->shut) {
+		shutdown(c->fd, SHUT_WR);
+		c->shut = true;
+		tcp_update_ev(c);
+	}
+	for (;;) {
+		n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n > 0)
+			continue;
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			tcp_conn_bury(c);
+		return 1;
+	}
+}
+
+/*
+ * Service a connection attached to a QP (events from epoll, or 0 when it
+ * is on the work list).  progress_lock held; takes qp->lock.
+ */
+static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
+{
+	struct soft_qp *qp = c->qp;
+	int handled = 0, r, i;
+	ssize_t n;
+
+	soft_qp_lock(qp);
+	if (c->detach || c->qp != qp) {
+		if (c->qp == qp)
+			tcp_detach(c);
+		soft_qp_unlock(qp);
+		return 1;
+	}
+	if (qp->base.state < TF_QPS_RTR) {
+		/* tf_qp_connect has not finished moving the QP to RTS: the
+		 * engine would refuse inbound work until it has. */
+		tcp_set_work(c, true);
+		soft_qp_unlock(qp);
+		return 0;
+	}
+	tcp_set_work(c, false);
+
+	if (c->state == TCP_CONNECTING) {
+		int err = 0;
+		socklen_t el = sizeof(err);
+
+		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			goto out;
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0)
+			err = errno;
+		if (err) {
+			char pb[64];
+
+			tf_log_error(SUB, "qp %u: connect to %s: %s",
+				     qp->base.qpn,
+				     tcp_fmt_peer(&qp->peer, pb, sizeof(pb)),
+				     strerror(err));
+			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+			goto out;
+		}
+		if (tcp_connected(c)) {
+			tcp_fail(c, TF_WC_GENERAL_ERR);
+			goto out;
+		}
+		handled++;
+	}
+	if (c->state != TCP_UP)
+		goto out;
+
+	if (c->txq) {
+		r = tcp_flush(c);
+		if (r) {
+			tf_log_error(SUB, "qp %u: send: %s", qp->base.qpn,
+				     strerror(-r));
+			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+			goto out;
+		}
+		if (c->throttled && c->tx_owned <= TCP_TX_OWNED_MAX / 2) {
+			c->throttled = false;
+			tcp_set_work(c, true);
+		}
+		tcp_update_ev(c);
+	}
+	if (c->rnr_due_ns && tf__now_ns() >= c->rnr_due_ns) {
+		c->rnr_due_ns = 0;
+		if (tcp_push_requests(c)) {
+			tcp_fail(c, TF_WC_GENERAL_ERR);
+			goto out;
+		}
+		handled++;
+	}
+	if (c->rnr_due_ns)
+		tcp_set_work(c, true);
+
+	/* Frames already buffered first, then the socket; a full buffer
+	 * means more may be waiting, so read again (bounded). */
+	r = tcp_rx_frames(c, &handled);
+	for (i = 0; r == 0 && !c->throttled && i < 4 &&
+		    (events & (EPOLLIN | EPOLLHUP | EPOLLERR));
+	     i++) {
+		n = tcp_rx_read(c);
+		if (n < 0) {
+			if (n == -ECONNRESET)
+				tf_log_info(SUB,
+					    "qp %u: peer closed the "
+					    "connection",
+					    qp->base.qpn);
+			else
+				tf_log_error(SUB, "qp %u: recv: %s",
+					     qp->base.qpn, strerror((int)-n));
+			/* Process what came before the end first. */
+			r = tcp_rx_frames(c, &handled);
+			if (r)
+				break;
+			if (!c->out_cnt && !c->rx_len && !c->txq &&
+			    !c->rnr_due_ns)
+				tcp_lose(c);
+			else
+				tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+			break;
+		}
+		if (n == 0)
+			break;
+		r = tcp_rx_frames(c, &handled);
+		if (c->rx_off + c->rx_len < c->rx_cap)
+			break;
+	}
+	if (r < 0) {
+		tcp_fail(c, TF_WC_REM_OP_ERR);
+		goto out;
+	}
+	if (!tcp_gone(c) && c->ack_pending) {
+		/* One ACK for everything read in this pass. */
+		tcp_send_ack(c, c->ack_psn, SOFT_TCP_ST_OK);
+		if (c->txq && c->state == TCP_UP)
+			tcp_flush(c);
+	}
+out:
+	if (c->detach && c->qp == qp)
+		tcp_detach(c);
+	soft_qp_unlock(qp);
+	return handled;
+}
+
+/* Transport timeouts, expired pending/lingering sockets, QPs that went to
+ * error outside progress.  progress_lock held. */
+static void tcp_scan(struct soft_tcp *tc, uint64_t now)
+{
+	struct tcp_conn *c, *n;
+
+	for (c = tc->conns; c; c = n) {
+		struct soft_qp *qp = c->qp;
+
+		n = c->next;
+		if (!qp) {
+			if (now >= c->deadline_ns && (c->state == TCP_PENDING ||
+						      c->state == TCP_LINGER)) {
+				if (c->state == TCP_PENDING)
+					tf_log_warn(SUB, "connection did not "
+							 "match a QP in time, "
+							 "closing it");
+				tcp_conn_bury(c);
+			}
+			continue;
+		}
+		soft_qp_lock(qp);
+		if (c->detach || c->qp != qp) {
+			if (c->qp == qp)
+				tcp_detach(c);
+		} else if (c->state == TCP_LOST && c->out_cnt) {
+			tf_log_info(SUB,
+				    "qp %u: work posted after the peer "
+				    "closed the connection",
+				    qp->base.qpn);
+			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+		} else if ((c->out_cnt || c->txq) && qp->base.timeout_ms &&
+			   /* Signed: submit may have set last_act_ns after
+			    * @now was read, while we waited for qp->lock. */
+			   (int64_t)(now - c->last_act_ns) >
+				   (int64_t)qp->base.timeout_ms * 1000000) {
+			tf_log_error(SUB,
+				     "qp %u: no progress for %u ms, "
+				     "failing it (state %d, %u outstanding, "
+				     "%u sent, %s queued, %zu bytes buffered, "
+				     "events %#x)",
+				     qp->base.qpn, qp->base.timeout_ms,
+				     (int)c->state, c->out_cnt, c->out_sent,
+				     c->txq ? "frames" : "nothing", c->rx_len,
+				     c->ev);
+			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+		}
+		soft_qp_unlock(qp);
+	}
+}
+
+static int tcp_progress(struct soft_ctx *ctx)
+{
+	struct soft_tcp *tc = ctx->tcp_priv;
+	struct epoll_event ev[TCP_EVENTS];
+	struct tcp_conn *c, *n;
+	int nev, i, handled = 0;
+	uint64_t now;
+
+	if (!tc)
+		return 0;
+	tcp_in_progress = tc;
+	nev = epoll_wait(tc->epfd, ev, TCP_EVENTS, 0);
+	for (i = 0; i < nev; i++) {
+		if (ev[i].data.ptr == &tc->listen_tag) {
+			handled += tcp_accept(tc);
+			continue;
+		}
+		c = ev[i].data.ptr;
+		if (c->dead)
+			continue;
+		if (c->qp)
+			handled += tcp_qp_service(c, ev[i].events);
+		else if (c->state == TCP_PENDING)
+			handled += tcp_pending_service(c, ev[i].events);
+		else if (c->state == TCP_LINGER)
+			handled += tcp_linger_service(c);
+	}
+	if (tc->n_work) {
+		for (c = tc->conns; c; c = n) {
+			n = c->next;
+			if (c->work && c->qp)
+				handled += tcp_qp_service(c, 0);
+			else if (c->work)
+				tcp_set_work(c, false);
+		}
+	}
+	now = tf__now_ns();
+	if (atomic_exchange_explicit(&tc->kick, false, memory_order_acquire) ||
+	    now >= tc->next_scan_ns) {
+		tcp_scan(tc, now);
+		tc->next_scan_ns = now + TCP_SCAN_NS;
+	}
+	tcp_free_grave(tc);
+	tcp_in_progress = NULL;
+	return handled;
+}
+
+/* ---------------------------------------------------------------- ops */
+
+static int tcp_ctx_init(struct soft_ctx *ctx)
+{
+	const struct tf_config *cfg = &ctx->base.cfg;
+	struct soft_tcp *tc;
+	struct sockaddr_storage ss = {0};
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+	socklen_t sl;
+	struct epoll_event e;
+	int one = 1, ret;
+
+	if (ctx->tcp_priv)
+		return 0;
+	if (cfg->soft_tcp_port > 65535) {
+		tf_log_error(SUB, "TOLLFREE_SOFT_TCP_PORT=%llu is not a port",
+			     (unsigned long long)cfg->soft_tcp_port);
+		return -EINVAL;
+	}
+	tc = tf__calloc(1, sizeof(*tc));
+	if (!tc)
+		return -ENOMEM;
+	tc->ctx = ctx;
+	tc->epfd = tc->lfd = -1;
+	/* The frame size field is 32 bits; "inf" means that much. */
+	tc->max_msg = cfg->soft_max_msg;
+	if (tc->max_msg > UINT32_MAX - SOFT_TCP_HDR_MAX)
+		tc->max_msg = UINT32_MAX - SOFT_TCP_HDR_MAX;
+
+	if (inet_pton(AF_INET, cfg->soft_tcp_addr, &sin->sin_addr) == 1) {
+		tc->family = AF_INET;
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons((uint16_t)cfg->soft_tcp_port);
+		sl = sizeof(*sin);
+		ret = sin->sin_addr.s_addr == htonl(INADDR_ANY);
+	} else if (inet_pton(AF_INET6, cfg->soft_tcp_addr, &sin6->sin6_addr) ==
+		   1) {
+		tc->family = AF_INET6;
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons((uint16_t)cfg->soft_tcp_port);
+		sl = sizeof(*sin6);
+		ret = IN6_IS_ADDR_UNSPECIFIED(&sin6->sin6_addr);
+	} else {
+		tf_log_error(SUB,
+			     "TOLLFREE_SOFT_TCP_ADDR=\"%s\" is not an "
+			     "IPv4 or IPv6 address",
+			     cfg->soft_tcp_addr);
+		ret = -EINVAL;
+		goto err_free;
+	}
+	if (ret) {
+		/* The address is advertised to peers: it must be one. */
+		tf_log_error(SUB,
+			     "TOLLFREE_SOFT_TCP_ADDR=%s: a wildcard "
+			     "address cannot be advertised to peers",
+			     cfg->soft_tcp_addr);
+		ret = -EINVAL;
+		goto err_free;
+	}
+
+	tc->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (tc->epfd < 0) {
+		ret = -errno;
+		tf_log_error(SUB, "epoll_create1: %m");
+		goto err_free;
+	}
+	tc->lfd = socket(tc->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			 0);
+	if (tc->lfd < 0) {
+		ret = -errno;
+		tf_log_error(SUB, "socket: %m");
+		goto err_epoll;
+	}
+	setsockopt(tc->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(tc->lfd, (struct sockaddr *)&ss, sl) < 0 ||
+	    listen(tc->lfd, SOMAXCONN) < 0) {
+		ret = -errno;
+		tf_log_error(SUB, "listen on %s port %llu: %m",
+			     cfg->soft_tcp_addr,
+			     (unsigned long long)cfg->soft_tcp_port);
+		goto err_sock;
+	}
+	if (getsockname(tc->lfd, (struct sockaddr *)&ss, &sl) < 0) {
+		ret = -errno;
+		tf_log_error(SUB, "getsockname: %m");
+		goto err_sock;
+	}
+	if (tc->family == AF_INET) {
+		memcpy(tc->ip, &sin->sin_addr, 4);
+		tc->port = ntohs(sin->sin_port);
+	} else {
+		memcpy(tc->ip, &sin6->sin6_addr, 16);
+		tc->port = ntohs(sin6->sin6_port);
+	}
+	e.events = EPOLLIN;
+	e.data.ptr = &tc->listen_tag;
+	if (epoll_ctl(tc->epfd, EPOLL_CTL_ADD, tc->lfd, &e) < 0) {
+		ret = -errno;
+		tf_log_error(SUB, "epoll_ctl(listener): %m");
+		goto err_sock;
+	}
+	tf_log_debug(SUB, "listening on %s port %u", cfg->soft_tcp_addr,
+		     tc->port);
+	ctx->tcp_priv = tc;
+	return 0;
+
+err_sock:
+	close(tc->lfd);
+err_epoll:
+	close(tc->epfd);
+err_free:
+	tf__free(tc);
+	return ret;
+}
+
+static void tcp_ctx_fini(struct soft_ctx *ctx)
+{
+	struct soft_tcp *tc = ctx->tcp_priv;
+	struct tcp_conn *c;
+
+	if (!tc)
+		return;
+	/* Every QP is gone: what is left are lingering and pending
+	 * sockets. */
+	while ((c = tc->conns)) {
+		if (c->qp)
+			c->qp->tp_priv = NULL;
+		tcp_conn_bury(c);
+	}
+	tcp_free_grave(tc);
+	close(tc->lfd);
+	close(tc->epfd);
+	tf__free(tc);
+	ctx->tcp_priv = NULL;
+}
+
+static int tcp_qp_addr(struct soft_qp *qp, struct soft_peer_addr *me)
+{
+	struct soft_tcp *tc = qp->ctx->tcp_priv;
+
+	if (!tc)
+		return -ENOTCONN;
+	me->family = tc->family == AF_INET6 ? 6 : 4;
+	memset(me->ip, 0, sizeof(me->ip));
+	memcpy(me->ip, tc->ip, tc->family == AF_INET6 ? 16 : 4);
+	me->port = tc->port;
+	return 0;
+}
+
+/* Open the connector's socket; 0 or -errno.  progress_lock, qp->lock. */
+static int tcp_dial(struct tcp_conn *c)
+{
+	struct soft_tcp *tc = c->tc;
+	struct soft_qp *qp = c->qp;
+	struct sockaddr_storage ss = {0}, ls = {0};
+	struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+	int fam = qp->peer.family == 6 ? AF_INET6 : AF_INET, one = 1;
+	socklen_t sl;
+	char pb[64];
+
+	if (fam == AF_INET) {
+		sin->sin_family = AF_INET;
+		memcpy(&sin->sin_addr, qp->peer.ip, 4);
+		sin->sin_port = htons(qp->peer.port);
+		sl = sizeof(*sin);
+	} else {
+		sin6->sin6_family = AF_INET6;
+		memcpy(&sin6->sin6_addr, qp->peer.ip, 16);
+		sin6->sin6_port = htons(qp->peer.port);
+		sl = sizeof(*sin6);
+	}
+	c->fd = socket(fam, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (c->fd < 0) {
+		tf_log_error(SUB, "socket: %m");
+		return -errno;
+	}
+	tcp_nodelay(c->fd);
+	if (fam == tc->family) {
+		/* Leave from the configured address, so that the peer sees
+		 * the one we advertise (and the right interface is used);
+		 * the port is chosen at connect time. */
+		if (fam == AF_INET) {
+			struct sockaddr_in *l = (struct sockaddr_in *)&ls;
+
+			l->sin_family = AF_INET;
+			memcpy(&l->sin_addr, tc->ip, 4);
+		} else {
+			struct sockaddr_in6 *l = (struct sockaddr_in6 *)&ls;
+
+			l->sin6_family = AF_INET6;
+			memcpy(&l->sin6_addr, tc->ip, 16);
+		}
+		setsockopt(c->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one,
+			   sizeof(one));
+		if (bind(c->fd, (struct sockaddr *)&ls, sl) < 0)
+			tf_log_warn(SUB, "bind to the local address: %m");
+	}
+	if (connect(c->fd, (struct sockaddr *)&ss, sl) < 0 &&
+	    errno != EINPROGRESS) {
+		int err = errno;
+
+		tf_log_error(SUB, "qp %u: connect to %s: %s", qp->base.qpn,
+			     tcp_fmt_peer(&qp->peer, pb, sizeof(pb)),
+			     strerror(err));
+		return -err;
+	}
+	c->state = TCP_CONNECTING;
+	tcp_update_ev(c);
+	return 0;
+}
+
+static int tcp_connect(struct soft_qp *qp)
+{
+	struct soft_ctx *ctx = qp->ctx;
+	struct soft_tcp *tc = ctx->tcp_priv;
+	const struct soft_peer_addr *pa = &qp->peer;
+	struct tcp_conn *c, *p;
+	bool own_plock = tcp_in_progress != tc;
+	int ret;
+
+	if (!tc) {
+		tf_log_error(SUB, "qp %u: tcp transport not initialized",
+			     qp->base.qpn);
+		return -ENOTCONN;
+	}
+	if (!(pa->flags & SOFT_ADDR_F_TCP) ||
+	    (pa->family != 4 && pa->family != 6) || !pa->port) {
+		tf_log_error(SUB, "qp %u: peer address has no tcp part",
+			     qp->base.qpn);
+		return -TF_EPEER;
+	}
+	if (pa->ctx_nonce == ctx->nonce && pa->qpn == qp->base.qpn) {
+		tf_log_error(SUB,
+			     "qp %u: connecting a QP to itself is not "
+			     "supported over tcp",
+			     qp->base.qpn);
+		return -TF_EPEER;
+	}
+	c = tcp_conn_new(tc, TCP_WAITING);
+	if (!c)
+		return -ENOMEM;
+	c->out_size = qp->sq_size ? qp->sq_size : 1;
+	c->out = tf__calloc(c->out_size, sizeof(*c->out));
+	if (!c->out) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	c->qp = qp;
+	c->last_act_ns = tf__now_ns();
+
+	/* progress_lock before qp->lock, as in progress. */
+	if (own_plock)
+		pthread_mutex_lock(&ctx->progress_lock);
+	soft_qp_lock(qp);
+	if (soft_tcp_is_connector(ctx->nonce, qp->base.qpn, pa->ctx_nonce,
+				  pa->qpn)) {
+		ret = tcp_dial(c);
+		if (ret) {
+			ret = -TF_EPEER;
+			goto err_unlock;
+		}
+	} else {
+		/* A HELLO may already be here. */
+		for (p = tc->conns; p; p = p->next) {
+			if (p->state != TCP_PENDING || !p->have_hello ||
+			    p->hello.dst_qpn != qp->base.qpn)
+				continue;
+			if (!tcp_hello_matches(p, c)) {
+				tf_log_error(SUB,
+					     "HELLO for qp %u from qp %u: "
+					     "not the peer it waits for, "
+					     "closing it",
+					     p->hello.dst_qpn,
+					     p->hello.src_qpn);
+				tcp_conn_bury(p);
+				continue;
+			}
+			tcp_adopt(c, p);
+			break;
+		}
+	}
+	tcp_conn_link(c);
+	qp->tp_priv = c;
+	soft_qp_unlock(qp);
+	if (own_plock) {
+		tcp_free_grave(tc);
+		pthread_mutex_unlock(&ctx->progress_lock);
+	}
+	return 0;
+
+err_unlock:
+	if (c->fd >= 0) {
+		if (c->ev)
+			epoll_ctl(tc->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+	}
+	soft_qp_unlock(qp);
+	if (own_plock)
+		pthread_mutex_unlock(&ctx->progress_lock);
+err_free:
+	tcp_conn_free(c);
+	return ret;
+}
+
+static int tcp_submit(struct soft_qp *qp, struct soft_swqe *wqe)
+{
+	struct tcp_conn *c = qp->tp_priv;
+	int ret;
+
+	if (!c || c->detach)
+		return -ENOTCONN;
+	if (c->out_cnt == c->out_size)
+		return -EAGAIN;
+	wqe->psn = c->next_psn++;
+	wqe->retries = 0;
+	wqe->t_post_ns = 0;
+	if (!c->out_cnt)
+		c->last_act_ns = tf__now_ns();
+	c->out[(c->out_head + c->out_cnt) % c->out_size] = wqe;
+	c->out_cnt++;
+	if (c->state == TCP_LOST)
+		atomic_store_explicit(&c->tc->kick, true, memory_order_release);
+	ret = tcp_push_requests(c);
+	if (ret) {
+		/* Not handed to the socket: take it back (it was the last
+		 * one; earlier ones went out). */
+		c->out_cnt--;
+		c->next_psn--;
+		return ret;
+	}
+	return 0;
+}
+
+static void tcp_qp_fini(struct soft_qp *qp)
+{
+	struct tcp_conn *c = qp->tp_priv;
+	struct soft_ctx *ctx = qp->ctx;
+	struct soft_tcp *tc = ctx->tcp_priv;
+	bool own_plock;
+
+	if (!c || !tc)
+		return;
+	if (qp->in_list) {
+		/* Went to error, qp->lock held: progress may run in another
+		 * thread, so only mark; the socket is closed there (or at
+		 * destroy). */
+		c->detach = true;
+		atomic_store_explicit(&tc->kick, true, memory_order_release);
+		return;
+	}
+	/* Destroy: no qp->lock, and the QP is out of ctx->qps.  Progress
+	 * may still hold the connection (it reaches it through epoll, not
+	 * through ctx->qps): wait for it to finish its pass. */
+	own_plock = tcp_in_progress != tc;
+	if (own_plock)
+		pthread_mutex_lock(&ctx->progress_lock);
+	if (c->qp)
+		tcp_detach(c);
+	qp->tp_priv = NULL;
+	if (own_plock) {
+		tcp_free_grave(tc);
+		pthread_mutex_unlock(&ctx->progress_lock);
+	}
+}
+
+const struct soft_transport_ops soft_tcp_transport = {
+	.name = "tcp",
+	.ctx_init = tcp_ctx_init,
+	.ctx_fini = tcp_ctx_fini,
+	.qp_addr = tcp_qp_addr,
+	.connect = tcp_connect,
+	.submit = tcp_submit,
+	.progress = tcp_progress,
+	.qp_fini = tcp_qp_fini,
+};

@@ -12,5 +12,7 @@
 #include <tollfree/context.h>
 #include <tollfree/mr.h>
 #include <tollfree/qp.h>
+#include <tollfree/rcache.h>
+#include <tollfree/pool.h>
 
 #endif /* TOLLFREE_H */

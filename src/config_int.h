@@ -90,6 +90,24 @@
 	XX(rcache, CHECK, rcache_check, BOOL, "n",                             \
 	   "Registration cache: verify hits against /proc/self/pagemap and "  \
 	   "treat a changed frame as a stale miss (debug)")                    \
+	XX(session, PSK, session_psk, STR, "",                                 \
+	   "Sessions: pre-shared key (text) that peers must prove with "      \
+	   "HMAC-SHA256; empty: no authentication")                             \
+	XX(session, PSK_FILE, session_psk_file, STR, "",                       \
+	   "Sessions: file holding the pre-shared key (raw bytes, <= 256)")    \
+	XX(session, TIMEOUT_MS, session_timeout_ms, UINT, "2000",              \
+	   "Sessions: limit on each bootstrap read, revocation and close")     \
+	XX(session, QP_CACHE, session_qp_cache, UINT, "16",                    \
+	   "Sessions: idle connections (QP + socket) kept for reuse; 0: none") \
+	XX(session, MW, session_mw, BOOL, "y",                                 \
+	   "Sessions: expose through memory windows when the provider has "   \
+	   "them (n: a dedicated registration per exposure)")                  \
+	XX(core, REG_MODE, reg_mode, STR, "auto",                              \
+	   "Sessions: registration strategy: auto, pool (copy), cache or "    \
+	   "direct")                                                            \
+	XX(core, REG_CROSSOVER, reg_crossover, SIZE, "0",                      \
+	   "Sessions: auto mode copies buffers up to this size into pool "    \
+	   "slices (0: measured when the node is created)")                    \
 	XX(verbs, GID_INDEX, verbs_gid_index, STR, "auto",                     \
 	   "Verbs provider: GID index (auto: the first RoCE v2 IPv4 GID, "     \
 	   "else 0)")                                                           \

@@ -14,5 +14,6 @@
 #include <tollfree/qp.h>
 #include <tollfree/rcache.h>
 #include <tollfree/pool.h>
+#include <tollfree/session.h>
 
 #endif /* TOLLFREE_H */

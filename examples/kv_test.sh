@@ -1,0 +1,22 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Run kv_server and kv_client: three GETs (one large value, one unknown
+# key) and check the answers.  Usage: kv_test.sh KV_SERVER KV_CLIENT
+set -eu
+srv=$1 cli=$2
+dir=$(mktemp -d)
+trap 'kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
+big=$(head -c 300000 /dev/zero | tr '\0' 'x')
+"$srv" -n 4 -P "$dir/port" -b 300000 alpha=one beta=two >"$dir/srv.out" 2>&1 &
+pid=$!
+for i in $(seq 100); do [ -s "$dir/port" ] && break; sleep 0.05; done
+port=$(cat "$dir/port")
+"$cli" 127.0.0.1 "$port" alpha beta >"$dir/out"
+printf 'alpha=one\nbeta=two\n' | cmp - "$dir/out"
+"$cli" 127.0.0.1 "$port" big >"$dir/out"
+echo "big=$big" | cmp - "$dir/out"
+rc=0
+"$cli" 127.0.0.1 "$port" nosuch >"$dir/out" || rc=$?
+[ $rc -eq 3 ] && grep -q '^nosuch: not found$' "$dir/out"
+wait $pid
+echo "kv example: PASS"

@@ -1,0 +1,376 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tollfree/session.h - short-lived sessions with per-session revocable keys.
+ *
+ * A node (tf_node_t) holds one process's session machinery on a context: a
+ * PD, a pool of registered slices, a registration cache for user buffers, a
+ * bounded cache of connected QPs per peer, the optional pre-shared key and
+ * the counters.  A session (tf_session_t) is one short conversation with a
+ * peer over an RC QP: the client calls tf_session_connect(), the server
+ * tf_listener_accept().  Each side attaches local memory to the session
+ * (rented slices or user buffers), exposes parts of it to the peer with
+ * chosen rights, and moves data with one-sided READ/WRITE/atomics against
+ * what the peer exposed, addressed by exposure index and offset, or with
+ * SEND/RECV.  tf_session_close() revokes every key the session gave out and
+ * waits for the revocation to complete before memory goes back to the pool.
+ *
+ * Bootstrap: a TCP connection (IPv4 or IPv6) carries a versioned binary
+ * handshake (optionally authenticated by HMAC-SHA256 challenge-response in
+ * both directions with a pre-shared key) that exchanges QP address blobs.
+ * The connection stays open for the life of the session and carries the
+ * small control messages: exposures (EXPOSE) and the end of the session
+ * (CLOSE).  Control messages do not use the QP so that they never consume
+ * receive buffers the application posted.  The wire format is described
+ * in src/core/wire_int.h.
+ *
+ * Keys: an exposure binds a fresh type-2 memory window over exactly the
+ * exposed bytes, on this session's QP only; a peer cannot reach it through
+ * another QP, and after revocation not at all.  Providers without memory
+ * windows fall back to a dedicated registration per exposure (counted in
+ * tf_node_stats_t.expose_mr_fallback).
+ *
+ * Reuse: when both sides closed cleanly (each sent CLOSE after revoking),
+ * nothing is outstanding and the QP is in RTS, the connection (socket and
+ * QP) is kept, bounded by TOLLFREE_SESSION_QP_CACHE: by the client's node
+ * per peer address, by the server's listener.  The next session to that
+ * peer sends its OPEN, naming the connection, over the kept socket; it
+ * still gets its own windows and keys.  A QP that failed is destroyed.
+ *
+ * Phases can be timed from outside: tf_session_connect (connect),
+ * tf_session_rent/attach + tf_session_expose (prepare), data calls +
+ * tf_session_wait (move), tf_session_revoke (revoke), tf_session_close.
+ *
+ * Thread safety: a node is thread-safe for creating sessions and reading
+ * stats; a listener and a session are serialized by their caller.
+ */
+#ifndef TOLLFREE_SESSION_H
+#define TOLLFREE_SESSION_H
+
+#include <tollfree/qp.h>
+#include <tollfree/pool.h>
+#include <tollfree/rcache.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Everything declared here is exported; the library is built with
+ * -fvisibility=hidden and a version script. */
+#pragma GCC visibility push(default)
+
+typedef struct tf_node tf_node_t;
+typedef struct tf_listener tf_listener_t;
+typedef struct tf_session tf_session_t;
+
+/* Bounds of one session (checked; -ENOSPC past them). */
+#define TF_SESSION_MAX_BUFS	 64
+#define TF_SESSION_MAX_EXPOSURES 64   /* per side */
+#define TF_SESSION_MAX_PRIV	 1024 /* connect private data */
+
+/* Registration strategies (TOLLFREE_REG_MODE). */
+enum tf_reg_mode {
+	TF_REG_AUTO = 0,   /* pool copy up to the crossover, cache above */
+	TF_REG_POOL = 1,   /* always copy into pool slices (cache if larger
+			    * than the largest slice) */
+	TF_REG_CACHE = 2,  /* registration cache */
+	TF_REG_DIRECT = 3, /* a registration per attach, released at close */
+};
+
+enum tf_node_params_field {
+	TF_NODE_PARAM_PSK = 1u << 0,
+	TF_NODE_PARAM_REG_MODE = 1u << 1,
+	TF_NODE_PARAM_CROSSOVER = 1u << 2,
+	TF_NODE_PARAM_QP_CACHE = 1u << 3,
+	TF_NODE_PARAM_TIMEOUT = 1u << 4,
+	TF_NODE_PARAM_USE_MW = 1u << 5,
+	TF_NODE_PARAM_POOL = 1u << 6,
+};
+
+/* Parameters of tf_node_create(); unset fields take the configuration
+ * (TOLLFREE_SESSION_*, TOLLFREE_REG_*). */
+typedef struct tf_node_params {
+	uint64_t field_mask;
+	/* Pre-shared key (1..256 bytes); psk_len 0 disables authentication
+	 * even if TOLLFREE_SESSION_PSK is set. */
+	const void *psk;
+	size_t psk_len;
+	int reg_mode;	   /* enum tf_reg_mode */
+	size_t crossover;  /* bytes; 0: measure at create */
+	unsigned qp_cache; /* idle connections kept; 0: no reuse */
+	int timeout_ms;	   /* each bootstrap read, revocation, close */
+	int use_mw;	   /* 0: dedicated registrations, never windows */
+	const tf_pool_params_t *pool; /* parameters of the node's pool */
+} tf_node_params_t;
+
+/*
+ * tf_node_create - create a node on @ctx: a PD, a pool and a registration
+ * cache; measures the copy/registration crossover unless configured.
+ * Returns 0, -EINVAL (bad params, unreadable key file), -ENOMEM or a
+ * provider error.  Thread-safe.
+ */
+int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
+		   tf_node_t **node_p);
+/*
+ * tf_node_destroy - destroy the node and its idle connections.  Sessions
+ * and listeners must be closed first (survivors are logged and leaked).
+ * NULL-safe; not thread-safe with respect to other uses of @node.
+ */
+void tf_node_destroy(tf_node_t *node);
+/* The node's PD, pool and cache, for direct use.  Thread-safe. */
+tf_pd_t *tf_node_pd(tf_node_t *node);
+tf_pool_t *tf_node_pool(tf_node_t *node);
+tf_rcache_t *tf_node_rcache(tf_node_t *node);
+
+typedef struct tf_node_stats {
+	uint64_t sessions_opened; /* connects + accepts that succeeded */
+	uint64_t sessions_closed;
+	uint64_t sessions_live;
+	uint64_t connect_failures;
+	uint64_t auth_failures;	    /* peers that failed to prove the key */
+	uint64_t handshake_rejects; /* malformed, wrong version, timed out */
+	uint64_t qp_new;	    /* connections made (QP + TCP) */
+	uint64_t qp_reused;	    /* sessions that took a kept connection */
+	uint64_t qp_destroyed;	    /* connections torn down */
+	uint64_t qp_broken;	    /* of which because of an error */
+	uint64_t qp_idle;	    /* kept connections now */
+	uint64_t windows_bound;	    /* exposures through memory windows */
+	uint64_t windows_revoked;
+	uint64_t windows_live;	     /* bound and not yet revoked */
+	uint64_t expose_mr_fallback; /* exposures through dedicated MRs */
+	uint64_t revoke_ns;	     /* total time spent revoking */
+	uint64_t attach_pool;	     /* attaches copied into pool slices */
+	uint64_t attach_cache;	     /* attaches through the rcache */
+	uint64_t attach_direct;	     /* attaches with their own MR */
+	uint64_t copy_bytes;	     /* bytes copied in and out of slices */
+	uint64_t slices_rented;	     /* slices held by live sessions */
+	uint64_t crossover;	     /* bytes: auto copies up to this */
+	int reg_mode;		     /* enum tf_reg_mode in effect */
+	int use_mw;		     /* 1 if exposures use memory windows */
+	int auth;		     /* 1 if a pre-shared key is configured */
+	uint64_t reserved[16];
+} tf_node_stats_t;
+
+/* tf_node_query_stats - copy the counters (read without a lock).
+ * Thread-safe. */
+int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *stats);
+
+/* ----------------------------------------------------------- listener */
+
+enum tf_listener_params_field {
+	TF_LISTENER_PARAM_ADDR = 1u << 0,
+	TF_LISTENER_PARAM_PORT = 1u << 1,
+	TF_LISTENER_PARAM_BACKLOG = 1u << 2,
+};
+
+typedef struct tf_listener_params {
+	uint64_t field_mask;
+	const char *addr; /* numeric IPv4/IPv6 address; default 127.0.0.1 */
+	uint16_t port;	  /* default 0: ephemeral (see tf_listener_port) */
+	int backlog;	  /* default 128 */
+} tf_listener_params_t;
+
+/* tf_listener_create - listen for sessions on @node.  -EADDRINUSE,
+ * -EINVAL (bad address) or -errno.  Thread-safe. */
+int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
+		       tf_listener_t **l_p);
+/* tf_listener_destroy - stop listening; kept connections are closed.
+ * Sessions already accepted stay usable.  NULL-safe. */
+void tf_listener_destroy(tf_listener_t *l);
+/* tf_listener_port - the bound TCP port (host order). */
+uint16_t tf_listener_port(const tf_listener_t *l);
+/*
+ * tf_listener_fd - an fd (epoll) that becomes readable when
+ * tf_listener_accept() has work: a new connection, handshake bytes, or a
+ * kept connection opening its next session.  Owned by the listener.
+ */
+int tf_listener_fd(const tf_listener_t *l);
+
+enum tf_session_params_field {
+	TF_SESSION_PARAM_PRIV = 1u << 0,
+	TF_SESSION_PARAM_FLAGS = 1u << 1,
+	TF_SESSION_PARAM_QP = 1u << 2,
+};
+
+enum tf_session_flags {
+	/* Accept: return before the ACCEPT message is sent, so that
+	 * exposures made before tf_session_establish() travel in it. */
+	TF_SESSION_DEFER_ESTABLISH = 1u << 0,
+	/* Connect: make a new connection even if one is kept for the peer,
+	 * and do not keep this one after close. */
+	TF_SESSION_NO_REUSE = 1u << 1,
+};
+
+typedef struct tf_session_params {
+	uint64_t field_mask;
+	const void *priv; /* connect: data for the server (<= MAX_PRIV) */
+	size_t priv_len;
+	unsigned flags;			   /* enum tf_session_flags */
+	uint32_t max_send_wr, max_recv_wr; /* QP depth for new connections */
+} tf_session_params_t;
+
+/*
+ * tf_listener_accept - serve the listener for up to @timeout_ms (0: do not
+ * wait; -1: forever) and return the next session whose peer completed the
+ * handshake.  Handshakes are served concurrently and each peer must
+ * finish its part within the node timeout: a silent, slow, malformed or
+ * unauthenticated peer is dropped and counted, and never blocks others.
+ * Returns 0, -EAGAIN when no session opened in time, or -errno.
+ * Serialize per listener.
+ */
+int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
+		       int timeout_ms, tf_session_t **s_p);
+
+/*
+ * tf_session_connect - open a session with the listener at @host (numeric
+ * IPv4/IPv6) : @port, taking a kept connection to that peer if the node
+ * has one.  Returns 0, -TF_EAUTH (the server failed or refused the key
+ * proof), -TF_EWIRE/-TF_EVERSION (bad handshake), -ETIMEDOUT,
+ * -ECONNREFUSED or -errno.  Thread-safe with respect to the node.
+ */
+int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
+		       const tf_session_params_t *params, tf_session_t **s_p);
+
+/* tf_session_establish - send the deferred ACCEPT (with the exposures
+ * made so far).  Returns 0, -EINVAL if not deferred, or -errno. */
+int tf_session_establish(tf_session_t *s);
+
+/* --------------------------------------------------------- memory */
+
+/*
+ * tf_session_rent - rent a pool slice of @len bytes for this session.
+ * *@buf_p receives its buffer index, *@addr_p (may be NULL) its address.
+ * Returns 0, -ENOSPC (TF_SESSION_MAX_BUFS), or a tf_pool_rent error.
+ */
+int tf_session_rent(tf_session_t *s, size_t len, int *buf_p, void **addr_p);
+
+enum tf_attach_flags {
+	TF_ATTACH_IN = 1u << 0,	 /* pool copy: copy the buffer in at attach */
+	TF_ATTACH_OUT = 1u << 1, /* pool copy: copy it back at detach/close */
+};
+
+/*
+ * tf_session_attach - make the user buffer [@addr, @addr + @len) usable by
+ * this session, by the node's strategy (enum tf_reg_mode): a copy into a
+ * pool slice (flags say which way data is copied), the registration
+ * cache, or a dedicated registration.  *@buf_p receives the index.
+ * Returns 0, -EINVAL, -ENOSPC, or a registration/pool error.
+ */
+int tf_session_attach(tf_session_t *s, void *addr, size_t len, unsigned flags,
+		      int *buf_p);
+/* tf_session_buf_addr - where the session's buffer @buf lives (for a
+ * pool copy: the slice), or NULL for a bad index. */
+void *tf_session_buf_addr(tf_session_t *s, int buf);
+/* tf_session_buf_mode - the enum tf_reg_mode used for @buf (never AUTO),
+ * or -EINVAL. */
+int tf_session_buf_mode(tf_session_t *s, int buf);
+
+/*
+ * tf_session_expose - expose [@off, @off + @len) of buffer @buf to the peer
+ * with @rights (TF_ACCESS_REMOTE_READ/WRITE/ATOMIC): binds a fresh window
+ * on this session's QP, waits for the bind, and tells the peer (in the
+ * ACCEPT if it is still deferred, else in an EXPOSE message).  *@exp_p
+ * receives the exposure index, the same on both sides.  Returns 0,
+ * -EINVAL, -ENOSPC, -ENOTCONN (session broken) or -errno.
+ */
+int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
+		      unsigned rights, int *exp_p);
+
+typedef struct tf_exposure_info {
+	uint64_t addr; /* the address a work request names */
+	uint64_t length;
+	uint32_t rkey;
+	uint32_t rights; /* TF_ACCESS_REMOTE_* */
+} tf_exposure_info_t;
+
+/* tf_session_peer_exposures - how many exposures the peer made so far
+ * (processes pending control messages). */
+int tf_session_peer_exposures(tf_session_t *s);
+/* tf_session_wait_peer - wait up to @timeout_ms until the peer made at
+ * least @n exposures.  0, -ETIMEDOUT, -ECONNRESET (peer gone). */
+int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms);
+/* Describe peer exposure @exp (or our own with _local_): 0 or -EINVAL. */
+int tf_session_peer_exposure(tf_session_t *s, int exp,
+			     tf_exposure_info_t *info);
+int tf_session_local_exposure(tf_session_t *s, int exp,
+			      tf_exposure_info_t *info);
+
+/* --------------------------------------------------------- data */
+
+/*
+ * One-sided operations on peer exposure @exp at offset @roff, with local
+ * buffer @buf at @loff.  Bounds and rights are checked here, before
+ * posting: -EINVAL (bad index), -ERANGE (outside the buffer or the
+ * exposure), -EACCES (the peer did not grant the right), -ENOTCONN, or a
+ * tf_post_send error.  Each posts one signaled work request whose
+ * completion carries @wr_id.  Atomics are 8 bytes, 8-byte aligned.
+ */
+int tf_session_write(tf_session_t *s, int buf, size_t loff, int exp,
+		     uint64_t roff, uint32_t len, uint64_t wr_id);
+int tf_session_read(tf_session_t *s, int buf, size_t loff, int exp,
+		    uint64_t roff, uint32_t len, uint64_t wr_id);
+int tf_session_fetch_add(tf_session_t *s, int buf, size_t loff, int exp,
+			 uint64_t roff, uint64_t add, uint64_t wr_id);
+int tf_session_cmp_swap(tf_session_t *s, int buf, size_t loff, int exp,
+			uint64_t roff, uint64_t compare, uint64_t swap,
+			uint64_t wr_id);
+/* Two-sided: SEND from / post a RECV into buffer @buf. */
+int tf_session_send(tf_session_t *s, int buf, size_t off, uint32_t len,
+		    uint64_t wr_id);
+int tf_session_recv(tf_session_t *s, int buf, size_t off, uint32_t len,
+		    uint64_t wr_id);
+
+/*
+ * tf_session_poll - reap up to @n completions of this session's work
+ * requests (wc->wr_id is the caller's) and process control messages.
+ * Returns the number reaped, or -errno.  Never blocks.
+ */
+int tf_session_poll(tf_session_t *s, int n, struct tf_wc *wc);
+/* tf_session_wait - as poll, waiting up to @timeout_ms for one; returns 0
+ * early when the peer closes or the session breaks meanwhile. */
+int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms);
+
+enum tf_session_state {
+	TF_SESSION_ACCEPTING = 0, /* deferred: ACCEPT not sent yet */
+	TF_SESSION_OPEN,
+	TF_SESSION_PEER_CLOSED, /* the peer closed (and revoked) */
+	TF_SESSION_BROKEN,	/* connection lost or QP in error */
+};
+/* tf_session_state - the state after processing control messages. */
+int tf_session_state(tf_session_t *s);
+/* tf_session_fd - the bootstrap socket, for event loops: readable when a
+ * control message (EXPOSE, CLOSE) arrives or the peer went away; then call
+ * tf_session_poll.  Completions themselves are found by polling. */
+int tf_session_fd(const tf_session_t *s);
+/* The connect private data the client sent (server side), or NULL. */
+const void *tf_session_peer_priv(const tf_session_t *s, size_t *len_p);
+/* 1 if the session runs on a kept (reused) connection. */
+int tf_session_reused(const tf_session_t *s);
+/* The session's QP, for inspection and tests only: work posted on it
+ * directly is not tracked by the session (close may then find the QP in
+ * an unexpected state and not keep it); its completions are returned by
+ * tf_session_poll with their wr_id, which must be below 2^56. */
+tf_qp_t *tf_session_qp(tf_session_t *s);
+
+/*
+ * tf_session_revoke - revoke every exposure of this session (LOCAL_INV on
+ * its QP, or deregistration for fallback exposures) and wait until the
+ * revocation completed; afterwards no peer access reaches the memory.
+ * Returns 0 or a negative errno when the QP failed, in which case the
+ * windows were freed instead (which revokes them as well).  Called by
+ * close; separate so that its cost can be measured.
+ */
+int tf_session_revoke(tf_session_t *s);
+/*
+ * tf_session_close - revoke, wait for outstanding work, release buffers
+ * (slices to the pool, cache references), tell the peer, and keep the
+ * connection for the next session to the same peer if it is healthy and
+ * the peer closed too (within the node timeout).  NULL-safe.
+ */
+void tf_session_close(tf_session_t *s);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TOLLFREE_SESSION_H */

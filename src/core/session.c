@@ -1,0 +1,1046 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session.c - the life of a session: memory, exposures, data movement,
+ * completions, revocation and close.
+ *
+ * Invariants:
+ *  - every live exposure is revoked (LOCAL_INV completed, or the window or
+ *    dedicated registration freed) before any buffer of the session is
+ *    released, so a peer's late access fails with a remote access error
+ *    and never reaches memory that the pool hands to the next session;
+ *  - every work request the session posts carries an internal wr_id
+ *    (kind << 56 | slot), so the session's own binds and invalidations
+ *    never surface as the caller's completions, and the caller's wr_ids
+ *    are arbitrary;
+ *  - a connection is kept for reuse only if both sides closed cleanly, no
+ *    work is outstanding on its QP and the QP is in RTS.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+#include "session_int.h"
+
+#define S TF_SESS_SUBSYS
+#define STAT_ADD(_n, _f, _v) \
+	atomic_fetch_add_explicit(&(_n)->_f, (_v), memory_order_relaxed)
+#define STAT(_n, _f) STAT_ADD(_n, _f, 1)
+
+enum { WR_SEND = 1, WR_RECV = 2, WR_INT = 3 };
+#define WR_ID(_kind, _slot) (((uint64_t)(_kind) << 56) | (uint64_t)(_slot))
+#define WR_KIND(_id)	    ((unsigned)((_id) >> 56))
+#define WR_SLOT(_id)	    ((_id) & ((1ull << 56) - 1))
+
+#define REMOTE_RIGHTS                                     \
+	(TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE | \
+	 TF_ACCESS_REMOTE_ATOMIC)
+
+int tf__session_new(struct tf_node *node, struct tf_conn *c, bool server,
+		    struct tf_session **s_p)
+{
+	struct tf_session *s = tf__calloc(1, sizeof(*s));
+
+	if (!s)
+		goto err;
+	s->node = node;
+	s->c = c;
+	s->server = server;
+	s->send_ids = tf__calloc(c->send_depth, sizeof(uint64_t));
+	s->recv_ids = tf__calloc(c->recv_depth, sizeof(uint64_t));
+	/* At most send_depth + recv_depth of the caller's work requests are
+	 * outstanding, so the stash can never overflow. */
+	s->stash_cap = (int)(c->send_depth + c->recv_depth);
+	s->stash = tf__calloc((size_t)s->stash_cap, sizeof(struct tf_wc));
+	if (!s->send_ids || !s->recv_ids || !s->stash)
+		goto err_free;
+	atomic_fetch_add(&node->n_sessions, 1);
+	*s_p = s;
+	return 0;
+err_free:
+	tf__free(s->send_ids);
+	tf__free(s->recv_ids);
+	tf__free(s->stash);
+	tf__free(s);
+err:
+	tf_log_error(S, "out of memory for a session");
+	return -ENOMEM;
+}
+
+/* ------------------------------------------------------- control msgs */
+
+static void put_exposures(struct tf_wire_msg *m, struct tf_session *s)
+{
+	tf__wire_put_u16(m, (uint16_t)(s->n_exps - s->n_exps_sent));
+	for (int i = s->n_exps_sent; i < s->n_exps; i++) {
+		const tf_exposure_info_t *e = &s->exps[i].info;
+
+		tf__wire_put_u64(m, e->addr);
+		tf__wire_put_u64(m, e->length);
+		tf__wire_put_u32(m, e->rkey);
+		tf__wire_put_u32(m, e->rights);
+	}
+}
+
+int tf__sess_read_exposures(struct tf_session *s, struct tf_wire_cur *cur)
+{
+	uint16_t n = tf__wire_get_u16(cur);
+
+	if (cur->bad || n > TF_WIRE_MAX_EXPOSE ||
+	    n > TF_SESSION_MAX_EXPOSURES - s->n_peer ||
+	    cur->left != (size_t)n * TF_WIRE_EXPOSURE_SIZE) {
+		tf_log_warn(S,
+			    "peer sent a malformed list of %u exposures "
+			    "(%zu bytes, %d known)",
+			    n, cur->left, s->n_peer);
+		return -TF_EWIRE;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		tf_exposure_info_t e;
+
+		e.addr = tf__wire_get_u64(cur);
+		e.length = tf__wire_get_u64(cur);
+		e.rkey = tf__wire_get_u32(cur);
+		e.rights = tf__wire_get_u32(cur);
+		if (!e.length || e.addr + e.length < e.addr || !e.rights ||
+		    (e.rights & ~(uint32_t)REMOTE_RIGHTS)) {
+			tf_log_warn(S,
+				    "peer sent a bad exposure (len %llu, "
+				    "rights 0x%x)",
+				    (unsigned long long)e.length, e.rights);
+			return -TF_EWIRE;
+		}
+		s->peer[s->n_peer + (int)i] = e;
+	}
+	s->n_peer += n;
+	return 0;
+}
+
+static void set_broken(struct tf_session *s, int why)
+{
+	if (!s->broken)
+		tf_log_debug(S, "session broken: %s", tf_strerror(why));
+	s->broken = true;
+	s->c->broken = true;
+}
+
+/* Read control messages that arrived, without blocking.  After the
+ * peer's CLOSE nothing more is read: the next bytes on a kept connection
+ * belong to the next session. */
+static void ctrl_step(struct tf_session *s)
+{
+	struct tf_conn *c = s->c;
+
+	while (!s->broken && !s->peer_closed && !s->deferred) {
+		struct tf_wire_cur cur;
+		int ret = tf__wire_rx_step(c->fd, &c->rx);
+
+		if (ret == 0)
+			return;
+		if (ret < 0) {
+			set_broken(s, ret);
+			return;
+		}
+		tf__wire_cur_init(&cur, &c->rx);
+		if (c->rx.h.op == TF_WIRE_EXPOSE) {
+			ret = tf__sess_read_exposures(s, &cur);
+		} else if (c->rx.h.op == TF_WIRE_CLOSE) {
+			s->peer_closed = true;
+			ret = 0;
+		} else {
+			tf_log_warn(S, "unexpected control message op %u",
+				    c->rx.h.op);
+			ret = -TF_EWIRE;
+		}
+		tf__wire_rx_reset(&c->rx);
+		if (ret)
+			set_broken(s, ret);
+	}
+}
+
+static int send_exposures(struct tf_session *s)
+{
+	struct tf_wire_msg m;
+	int ret;
+
+	tf__wire_init(&m, TF_WIRE_EXPOSE);
+	put_exposures(&m, s);
+	ret = tf__wire_finish(&m);
+	if (!ret)
+		ret = tf__wire_send(s->c->fd, &m, s->node->timeout_ms);
+	if (ret) {
+		set_broken(s, ret);
+		return ret;
+	}
+	s->n_exps_sent = s->n_exps;
+	return 0;
+}
+
+int tf__session_send_accept(struct tf_session *s)
+{
+	uint8_t blob[TF_QP_ADDR_MAX];
+	size_t blob_len = 0;
+	struct tf_wire_msg m;
+	int ret;
+
+	if (!s->reused) {
+		blob_len = sizeof(blob);
+		ret = tf_qp_get_addr(s->c->qp, blob, &blob_len);
+		if (ret)
+			return ret;
+	}
+	tf__wire_init(&m, TF_WIRE_ACCEPT);
+	tf__wire_put_u32(&m, s->c->id);
+	tf__wire_put_u16(&m, (uint16_t)blob_len);
+	tf__wire_put_bytes(&m, blob, blob_len);
+	put_exposures(&m, s);
+	ret = tf__wire_finish(&m);
+	if (!ret)
+		ret = tf__wire_send(s->c->fd, &m, s->node->timeout_ms);
+	if (ret) {
+		set_broken(s, ret);
+		return ret;
+	}
+	s->n_exps_sent = s->n_exps;
+	s->deferred = false;
+	return 0;
+}
+
+int tf_session_establish(tf_session_t *s)
+{
+	if (!s || !s->server || !s->deferred)
+		return -EINVAL;
+	if (s->broken)
+		return -ENOTCONN;
+	return tf__session_send_accept(s);
+}
+
+/* ------------------------------------------------------- completions */
+
+static void stash_push(struct tf_session *s, const struct tf_wc *wc)
+{
+	if (s->n_stash == s->stash_cap) {
+		/* Cannot happen: see tf__session_new. */
+		tf_log_error(S, "completion stash overflow; dropped wr_id %llu",
+			     (unsigned long long)wc->wr_id);
+		return;
+	}
+	s->stash[(s->stash_head + s->n_stash) % s->stash_cap] = *wc;
+	s->n_stash++;
+}
+
+/*
+ * Poll the connection's CQ once: internal completions update their
+ * exposure, the caller's are translated back to their wr_ids and go to
+ * @out (up to @n), the rest to the stash.  Returns how many went to @out.
+ */
+static int reap(struct tf_session *s, struct tf_wc *out, int n)
+{
+	struct tf_wc tmp[32];
+	int r, cnt = 0;
+
+	r = tf_cq_poll(s->c->cq, 32, tmp);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < r; i++) {
+		struct tf_wc *wc = &tmp[i];
+		uint64_t slot = WR_SLOT(wc->wr_id);
+
+		switch (WR_KIND(wc->wr_id)) {
+		case WR_INT:
+			if (slot < (uint64_t)s->n_exps &&
+			    s->exps[slot].pending > 0) {
+				s->exps[slot].pending--;
+				s->exps[slot].status = wc->status;
+			}
+			if (wc->status != TF_WC_SUCCESS &&
+			    wc->status != TF_WC_WR_FLUSH_ERR)
+				tf_log_warn(S, "%s of exposure %llu failed: %s",
+					    wc->opcode == TF_WC_BIND_MW
+						    ? "bind"
+						    : "invalidation",
+					    (unsigned long long)slot,
+					    tf_wc_status_str(wc->status));
+			continue;
+		case WR_SEND:
+			if (slot >= s->c->send_depth)
+				goto bad;
+			wc->wr_id = s->send_ids[slot];
+			s->send_done++;
+			break;
+		case WR_RECV:
+			if (slot >= s->c->recv_depth)
+				goto bad;
+			wc->wr_id = s->recv_ids[slot];
+			s->recv_done++;
+			break;
+		case 0:
+			/* Work posted directly on tf_session_qp() with a
+			 * wr_id below 2^56 is reported unchanged. */
+			break;
+		default:
+			goto bad;
+		}
+		if (cnt < n)
+			out[cnt++] = *wc;
+		else
+			stash_push(s, wc);
+		continue;
+	bad:
+		/* Cannot happen: every WR the session posts has a kind. */
+		tf_log_debug(S, "completion with foreign wr_id 0x%llx",
+			     (unsigned long long)wc->wr_id);
+	}
+	return cnt;
+}
+
+static int pending_internal(const struct tf_session *s)
+{
+	int n = 0;
+
+	for (int i = 0; i < s->n_exps; i++)
+		n += s->exps[i].pending;
+	return n;
+}
+
+/* Wait until the session's binds and invalidations completed. */
+static int wait_internal(struct tf_session *s)
+{
+	uint64_t deadline =
+		tf__now_ns() + (uint64_t)s->node->timeout_ms * 1000000;
+
+	while (pending_internal(s)) {
+		int r = reap(s, NULL, 0);
+
+		if (r < 0)
+			return r;
+		if (tf__now_ns() > deadline) {
+			tf_log_warn(S,
+				    "bind/invalidation did not complete "
+				    "within %d ms",
+				    s->node->timeout_ms);
+			return -ETIMEDOUT;
+		}
+		sched_yield();
+	}
+	return 0;
+}
+
+int tf_session_poll(tf_session_t *s, int n, struct tf_wc *wc)
+{
+	int got = 0, r;
+
+	if (!s || n <= 0 || !wc)
+		return -EINVAL;
+	ctrl_step(s);
+	while (got < n && s->n_stash) {
+		wc[got++] = s->stash[s->stash_head];
+		s->stash_head = (s->stash_head + 1) % s->stash_cap;
+		s->n_stash--;
+	}
+	if (got < n) {
+		r = reap(s, wc + got, n - got);
+		if (r < 0)
+			return got ? got : r;
+		got += r;
+	}
+	return got;
+}
+
+int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
+{
+	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+
+	bool closed = s && s->peer_closed, broken = s && s->broken;
+
+	for (;;) {
+		int r = tf_session_poll(s, n, wc);
+
+		if (r)
+			return r;
+		/* A change of state is an event too: the caller learns of
+		 * the peer's close without waiting out its timeout. */
+		if (s->peer_closed != closed || s->broken != broken)
+			return 0;
+		if (timeout_ms >= 0 && tf__now_ns() >= deadline)
+			return 0;
+		/* A polling loop: the soft provider makes progress in poll,
+		 * and yielding lets a peer on the same core run. */
+		sched_yield();
+	}
+}
+
+/* ------------------------------------------------------------ memory */
+
+static int new_buf(struct tf_session *s, struct tf_sess_buf **b_p)
+{
+	if (s->n_bufs >= TF_SESSION_MAX_BUFS)
+		return -ENOSPC;
+	*b_p = &s->bufs[s->n_bufs];
+	memset(*b_p, 0, sizeof(**b_p));
+	return 0;
+}
+
+int tf_session_rent(tf_session_t *s, size_t len, int *buf_p, void **addr_p)
+{
+	struct tf_sess_buf *b;
+	int ret;
+
+	if (!s || !buf_p || !len)
+		return -EINVAL;
+	ret = new_buf(s, &b);
+	if (ret)
+		return ret;
+	ret = tf_pool_rent(s->node->pool, len, &b->slice);
+	if (ret)
+		return ret;
+	b->addr = b->slice.addr;
+	b->len = len;
+	b->lkey = b->slice.lkey;
+	b->mr = b->slice.mr;
+	b->mode = TF_REG_POOL;
+	b->rented = true;
+	STAT(s->node, slices_rented);
+	*buf_p = s->n_bufs++;
+	if (addr_p)
+		*addr_p = b->addr;
+	return 0;
+}
+
+int tf_session_attach(tf_session_t *s, void *addr, size_t len, unsigned flags,
+		      int *buf_p)
+{
+	struct tf_node *node;
+	struct tf_sess_buf *b;
+	unsigned access;
+	int mode, ret;
+
+	if (!s || !addr || !len || !buf_p ||
+	    (flags & ~(unsigned)(TF_ATTACH_IN | TF_ATTACH_OUT)))
+		return -EINVAL;
+	node = s->node;
+	if (!flags)
+		flags = TF_ATTACH_IN | TF_ATTACH_OUT;
+	ret = new_buf(s, &b);
+	if (ret)
+		return ret;
+	mode = node->reg_mode;
+	if (mode == TF_REG_AUTO)
+		mode = len <= node->crossover ? TF_REG_POOL : TF_REG_CACHE;
+	if (mode == TF_REG_POOL) {
+		ret = tf_pool_rent(node->pool, len, &b->slice);
+		/* Larger than the largest slice: the cache takes it. */
+		if (ret == -EINVAL)
+			mode = TF_REG_CACHE;
+		else if (ret)
+			return ret;
+	}
+	/* Our own registrations never carry remote rights: peers only ever
+	 * get window keys (or dedicated fallback registrations). */
+	access = TF_ACCESS_LOCAL_WRITE | (node->use_mw ? TF_ACCESS_MW_BIND : 0);
+	switch (mode) {
+	case TF_REG_POOL:
+		b->addr = b->slice.addr;
+		b->lkey = b->slice.lkey;
+		b->mr = b->slice.mr;
+		b->rented = true;
+		b->user = addr;
+		if (flags & TF_ATTACH_IN) {
+			memcpy(b->addr, addr, len);
+			STAT_ADD(node, copy_bytes, len);
+		}
+		STAT(node, slices_rented);
+		STAT(node, attach_pool);
+		break;
+	case TF_REG_CACHE:
+		ret = tf_rcache_get(node->rc, addr, len, access, &b->reg);
+		if (ret)
+			return ret;
+		b->addr = addr;
+		b->lkey = tf_rcache_reg_lkey(b->reg);
+		b->mr = tf_rcache_reg_mr(b->reg);
+		STAT(node, attach_cache);
+		break;
+	default:
+		ret = tf_mr_reg(node->pd, addr, len, access, &b->mr);
+		if (ret)
+			return ret;
+		b->addr = addr;
+		b->lkey = tf_mr_lkey(b->mr);
+		STAT(node, attach_direct);
+		break;
+	}
+	b->len = len;
+	b->mode = mode;
+	b->flags = flags;
+	*buf_p = s->n_bufs++;
+	return 0;
+}
+
+static struct tf_sess_buf *get_buf(struct tf_session *s, int buf)
+{
+	if (!s || buf < 0 || buf >= s->n_bufs)
+		return NULL;
+	return &s->bufs[buf];
+}
+
+void *tf_session_buf_addr(tf_session_t *s, int buf)
+{
+	struct tf_sess_buf *b = get_buf(s, buf);
+
+	return b ? b->addr : NULL;
+}
+
+int tf_session_buf_mode(tf_session_t *s, int buf)
+{
+	struct tf_sess_buf *b = get_buf(s, buf);
+
+	return b ? b->mode : -EINVAL;
+}
+
+static void release_buf(struct tf_session *s, struct tf_sess_buf *b)
+{
+	struct tf_node *node = s->node;
+
+	if (b->rented) {
+		if (b->user && (b->flags & TF_ATTACH_OUT)) {
+			memcpy(b->user, b->addr, b->len);
+			STAT_ADD(node, copy_bytes, b->len);
+		}
+		tf_pool_return(node->pool, &b->slice);
+		atomic_fetch_sub_explicit(&node->slices_rented, 1,
+					  memory_order_relaxed);
+	} else if (b->reg) {
+		tf_rcache_put(node->rc, b->reg);
+	} else if (b->mr) {
+		tf_mr_dereg(b->mr);
+	}
+	memset(b, 0, sizeof(*b));
+}
+
+/* ------------------------------------------------------------ exposure */
+
+static tf_mw_t *mw_get(struct tf_node *node)
+{
+	tf_mw_t *mw = NULL;
+
+	pthread_mutex_lock(&node->lock);
+	if (node->n_mw_free)
+		mw = node->mw_free[--node->n_mw_free];
+	pthread_mutex_unlock(&node->lock);
+	if (!mw && tf_mw_alloc(node->pd, &mw))
+		return NULL;
+	return mw;
+}
+
+/* Keep an invalidated window for the next bind (a bind gives it a new
+ * key), or free it if enough are kept. */
+static void mw_put(struct tf_node *node, tf_mw_t *mw)
+{
+	pthread_mutex_lock(&node->lock);
+	if (node->n_mw_free < TF_SESS_MW_FREE_MAX) {
+		node->mw_free[node->n_mw_free++] = mw;
+		mw = NULL;
+	}
+	pthread_mutex_unlock(&node->lock);
+	if (mw)
+		tf_mw_dealloc(mw);
+}
+
+int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
+		      unsigned rights, int *exp_p)
+{
+	struct tf_sess_buf *b = get_buf(s, buf);
+	struct tf_node *node;
+	struct tf_sess_exp *e;
+	int idx, ret;
+
+	if (!b || !exp_p || !len || !rights || (rights & ~REMOTE_RIGHTS) ||
+	    off > b->len || len > b->len - off)
+		return -EINVAL;
+	if (s->n_exps >= TF_SESSION_MAX_EXPOSURES)
+		return -ENOSPC;
+	if (s->broken || s->peer_closed)
+		return -ENOTCONN;
+	node = s->node;
+	idx = s->n_exps;
+	e = &s->exps[idx];
+	memset(e, 0, sizeof(*e));
+	e->info.addr = (uintptr_t)b->addr + off;
+	e->info.length = len;
+	e->info.rights = rights;
+	if (node->use_mw) {
+		struct tf_send_wr wr = {
+			.wr_id = WR_ID(WR_INT, idx),
+			.opcode = TF_WR_BIND_MW,
+			.send_flags = TF_SEND_SIGNALED,
+			.wr.bind_mw = {.mr = b->mr,
+				       .addr = e->info.addr,
+				       .length = len,
+				       .access = rights},
+		};
+
+		e->mw = mw_get(node);
+		if (!e->mw)
+			return -ENOMEM;
+		wr.wr.bind_mw.mw = e->mw;
+		ret = tf_post_send(s->c->qp, &wr, NULL);
+		if (ret) {
+			mw_put(node, e->mw);
+			return ret;
+		}
+		e->info.rkey = tf_mw_rkey(e->mw);
+		e->pending = 1;
+		s->n_exps++;
+		e->live = true;
+		STAT(node, windows_bound);
+		STAT(node, windows_live);
+		/* The key must not reach the peer before the window is
+		 * bound, or its first access could race the bind. */
+		ret = wait_internal(s);
+		if (!ret && e->status != TF_WC_SUCCESS)
+			ret = -EIO;
+		if (ret) {
+			set_broken(s, ret);
+			return ret;
+		}
+	} else {
+		ret = tf_mr_reg(node->pd, b->addr + off, len,
+				TF_ACCESS_LOCAL_WRITE | rights, &e->mr);
+		if (ret)
+			return ret;
+		e->info.rkey = tf_mr_rkey(e->mr);
+		s->n_exps++;
+		e->live = true;
+		STAT(node, expose_mr_fallback);
+		STAT(node, windows_live);
+	}
+	s->revoked = false;
+	if (!s->deferred) {
+		ret = send_exposures(s);
+		if (ret)
+			return ret;
+	}
+	*exp_p = idx;
+	return 0;
+}
+
+int tf_session_peer_exposures(tf_session_t *s)
+{
+	if (!s)
+		return -EINVAL;
+	ctrl_step(s);
+	return s->n_peer;
+}
+
+int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms)
+{
+	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+
+	if (!s)
+		return -EINVAL;
+	for (;;) {
+		ctrl_step(s);
+		if (s->n_peer >= n)
+			return 0;
+		if (s->broken || s->peer_closed)
+			return -ECONNRESET;
+		if (timeout_ms >= 0 && tf__now_ns() >= deadline)
+			return -ETIMEDOUT;
+		tf_context_progress(s->node->ctx);
+		sched_yield();
+	}
+}
+
+int tf_session_peer_exposure(tf_session_t *s, int exp, tf_exposure_info_t *info)
+{
+	if (!s || !info || exp < 0 || exp >= s->n_peer)
+		return -EINVAL;
+	*info = s->peer[exp];
+	return 0;
+}
+
+int tf_session_local_exposure(tf_session_t *s, int exp,
+			      tf_exposure_info_t *info)
+{
+	if (!s || !info || exp < 0 || exp >= s->n_exps)
+		return -EINVAL;
+	*info = s->exps[exp].info;
+	return 0;
+}
+
+/* ------------------------------------------------------------ data */
+
+static int post_user(struct tf_session *s, struct tf_send_wr *wr,
+		     uint64_t wr_id)
+{
+	uint64_t slot;
+	int ret;
+
+	if (s->broken)
+		return -ENOTCONN;
+	if (s->send_posted - s->send_done >= s->c->send_depth)
+		return -ENOMEM;
+	slot = s->send_posted % s->c->send_depth;
+	wr->wr_id = WR_ID(WR_SEND, slot);
+	wr->send_flags |= TF_SEND_SIGNALED;
+	ret = tf_post_send(s->c->qp, wr, NULL);
+	if (ret)
+		return ret;
+	s->send_ids[slot] = wr_id;
+	s->send_posted++;
+	return 0;
+}
+
+/* Check a local range and the peer's exposure before posting. */
+static int check_rdma(struct tf_session *s, int buf, size_t loff, int exp,
+		      uint64_t roff, uint64_t len, unsigned right,
+		      struct tf_sge *sge, uint64_t *raddr, uint32_t *rkey)
+{
+	struct tf_sess_buf *b = get_buf(s, buf);
+	const tf_exposure_info_t *e;
+
+	if (!b || exp < 0)
+		return -EINVAL;
+	ctrl_step(s);
+	if (exp >= s->n_peer)
+		return -EINVAL;
+	e = &s->peer[exp];
+	if (loff > b->len || len > b->len - loff || roff > e->length ||
+	    len > e->length - roff)
+		return -ERANGE;
+	if (!(e->rights & right))
+		return -EACCES;
+	sge->addr = (uintptr_t)b->addr + loff;
+	sge->length = (uint32_t)len;
+	sge->lkey = b->lkey;
+	*raddr = e->addr + roff;
+	*rkey = e->rkey;
+	return 0;
+}
+
+static int rdma(struct tf_session *s, enum tf_wr_opcode op, unsigned right,
+		int buf, size_t loff, int exp, uint64_t roff, uint32_t len,
+		uint64_t wr_id)
+{
+	struct tf_send_wr wr = {.opcode = op, .num_sge = 1};
+	struct tf_sge sge;
+	int ret;
+
+	if (!len)
+		return -EINVAL;
+	ret = check_rdma(s, buf, loff, exp, roff, len, right, &sge,
+			 &wr.wr.rdma.remote_addr, &wr.wr.rdma.rkey);
+	if (ret)
+		return ret;
+	wr.sg_list = &sge;
+	return post_user(s, &wr, wr_id);
+}
+
+int tf_session_write(tf_session_t *s, int buf, size_t loff, int exp,
+		     uint64_t roff, uint32_t len, uint64_t wr_id)
+{
+	return rdma(s, TF_WR_RDMA_WRITE, TF_ACCESS_REMOTE_WRITE, buf, loff, exp,
+		    roff, len, wr_id);
+}
+
+int tf_session_read(tf_session_t *s, int buf, size_t loff, int exp,
+		    uint64_t roff, uint32_t len, uint64_t wr_id)
+{
+	return rdma(s, TF_WR_RDMA_READ, TF_ACCESS_REMOTE_READ, buf, loff, exp,
+		    roff, len, wr_id);
+}
+
+static int atomic_op(struct tf_session *s, enum tf_wr_opcode op, int buf,
+		     size_t loff, int exp, uint64_t roff, uint64_t a,
+		     uint64_t b, uint64_t wr_id)
+{
+	struct tf_send_wr wr = {.opcode = op, .num_sge = 1};
+	struct tf_sge sge;
+	int ret;
+
+	ret = check_rdma(s, buf, loff, exp, roff, 8, TF_ACCESS_REMOTE_ATOMIC,
+			 &sge, &wr.wr.atomic.remote_addr, &wr.wr.atomic.rkey);
+	if (ret)
+		return ret;
+	if ((wr.wr.atomic.remote_addr | sge.addr) & 7)
+		return -EINVAL;
+	wr.wr.atomic.compare_add = a;
+	wr.wr.atomic.swap = b;
+	wr.sg_list = &sge;
+	return post_user(s, &wr, wr_id);
+}
+
+int tf_session_fetch_add(tf_session_t *s, int buf, size_t loff, int exp,
+			 uint64_t roff, uint64_t add, uint64_t wr_id)
+{
+	return atomic_op(s, TF_WR_ATOMIC_FETCH_ADD, buf, loff, exp, roff, add,
+			 0, wr_id);
+}
+
+int tf_session_cmp_swap(tf_session_t *s, int buf, size_t loff, int exp,
+			uint64_t roff, uint64_t compare, uint64_t swap,
+			uint64_t wr_id)
+{
+	return atomic_op(s, TF_WR_ATOMIC_CMP_SWP, buf, loff, exp, roff, compare,
+			 swap, wr_id);
+}
+
+int tf_session_send(tf_session_t *s, int buf, size_t off, uint32_t len,
+		    uint64_t wr_id)
+{
+	struct tf_sess_buf *b = get_buf(s, buf);
+	struct tf_sge sge;
+	struct tf_send_wr wr = {
+		.opcode = TF_WR_SEND, .sg_list = &sge, .num_sge = len ? 1 : 0};
+
+	if (!b)
+		return -EINVAL;
+	if (off > b->len || len > b->len - off)
+		return -ERANGE;
+	sge.addr = (uintptr_t)b->addr + off;
+	sge.length = len;
+	sge.lkey = b->lkey;
+	return post_user(s, &wr, wr_id);
+}
+
+int tf_session_recv(tf_session_t *s, int buf, size_t off, uint32_t len,
+		    uint64_t wr_id)
+{
+	struct tf_sess_buf *b = get_buf(s, buf);
+	struct tf_sge sge;
+	struct tf_recv_wr wr = {.sg_list = &sge, .num_sge = len ? 1 : 0};
+	uint64_t slot;
+	int ret;
+
+	if (!b)
+		return -EINVAL;
+	if (off > b->len || len > b->len - off)
+		return -ERANGE;
+	if (s->broken)
+		return -ENOTCONN;
+	if (s->recv_posted - s->recv_done >= s->c->recv_depth)
+		return -ENOMEM;
+	slot = s->recv_posted % s->c->recv_depth;
+	sge.addr = (uintptr_t)b->addr + off;
+	sge.length = len;
+	sge.lkey = b->lkey;
+	wr.wr_id = WR_ID(WR_RECV, slot);
+	ret = tf_post_recv(s->c->qp, &wr, NULL);
+	if (ret)
+		return ret;
+	s->recv_ids[slot] = wr_id;
+	s->recv_posted++;
+	return 0;
+}
+
+/* ------------------------------------------------------------ state */
+
+int tf_session_state(tf_session_t *s)
+{
+	if (!s)
+		return -EINVAL;
+	ctrl_step(s);
+	if (s->deferred)
+		return TF_SESSION_ACCEPTING;
+	if (s->broken || tf_qp_state(s->c->qp) == TF_QPS_ERR)
+		return TF_SESSION_BROKEN;
+	if (s->peer_closed)
+		return TF_SESSION_PEER_CLOSED;
+	return TF_SESSION_OPEN;
+}
+
+int tf_session_fd(const tf_session_t *s)
+{
+	return s ? s->c->fd : -EINVAL;
+}
+
+const void *tf_session_peer_priv(const tf_session_t *s, size_t *len_p)
+{
+	if (!s || !s->priv_len) {
+		if (len_p)
+			*len_p = 0;
+		return NULL;
+	}
+	if (len_p)
+		*len_p = s->priv_len;
+	return s->priv;
+}
+
+int tf_session_reused(const tf_session_t *s)
+{
+	return s && s->reused;
+}
+
+tf_qp_t *tf_session_qp(tf_session_t *s)
+{
+	return s ? s->c->qp : NULL;
+}
+
+/* ------------------------------------------------------ revoke, close */
+
+int tf_session_revoke(tf_session_t *s)
+{
+	struct tf_node *node;
+	uint64_t t0 = tf__now_ns();
+	bool qp_ok;
+	int ret = 0;
+
+	if (!s)
+		return -EINVAL;
+	node = s->node;
+	qp_ok = tf_qp_state(s->c->qp) == TF_QPS_RTS;
+	/* Invalidate every live window on the QP it was bound on; the
+	 * invalidations are posted together and then awaited. */
+	for (int i = 0; i < s->n_exps; i++) {
+		struct tf_sess_exp *e = &s->exps[i];
+		struct tf_send_wr wr = {.wr_id = WR_ID(WR_INT, i),
+					.opcode = TF_WR_LOCAL_INV,
+					.send_flags = TF_SEND_SIGNALED,
+					.invalidate_rkey = e->info.rkey};
+
+		if (!e->live || !e->mw || !qp_ok)
+			continue;
+		e->status = TF_WC_GENERAL_ERR;
+		if (tf_post_send(s->c->qp, &wr, NULL)) {
+			qp_ok = false;
+			continue;
+		}
+		e->pending++;
+	}
+	if (qp_ok)
+		ret = wait_internal(s);
+	for (int i = 0; i < s->n_exps; i++) {
+		struct tf_sess_exp *e = &s->exps[i];
+
+		if (!e->live)
+			continue;
+		if (e->mw) {
+			/* A window whose invalidation did not succeed (QP in
+			 * error, flushed, timed out) is freed instead:
+			 * freeing a window revokes it too.  Such a QP is
+			 * never reused. */
+			if (qp_ok && !e->pending &&
+			    e->status == TF_WC_SUCCESS) {
+				mw_put(node, e->mw);
+			} else {
+				tf_mw_dealloc(e->mw);
+				set_broken(s, -TF_EQPERR);
+				if (!ret)
+					ret = -TF_EQPERR;
+			}
+			e->mw = NULL;
+			STAT(node, windows_revoked);
+		} else if (e->mr) {
+			tf_mr_dereg(e->mr);
+			e->mr = NULL;
+		}
+		e->pending = 0;
+		e->live = false;
+		atomic_fetch_sub_explicit(&node->windows_live, 1,
+					  memory_order_relaxed);
+	}
+	s->revoked = true;
+	STAT_ADD(node, revoke_ns, tf__now_ns() - t0);
+	return ret;
+}
+
+/* Wait for the caller's outstanding send work to complete. */
+static void drain(struct tf_session *s)
+{
+	uint64_t deadline =
+		tf__now_ns() + (uint64_t)s->node->timeout_ms * 1000000;
+
+	while (s->send_done != s->send_posted) {
+		if (reap(s, NULL, 0) < 0 || tf__now_ns() > deadline) {
+			set_broken(s, -ETIMEDOUT);
+			return;
+		}
+		sched_yield();
+	}
+	/* Receives still posted would consume the next session's sends. */
+	if (s->recv_done != s->recv_posted)
+		s->c->broken = true;
+}
+
+/* Wait for the peer's CLOSE, progressing (the peer may need this side
+ * to serve its last operations before it closes). */
+static void wait_peer_close(struct tf_session *s)
+{
+	uint64_t deadline =
+		tf__now_ns() + (uint64_t)s->node->timeout_ms * 1000000;
+
+	for (;;) {
+		ctrl_step(s);
+		if (s->peer_closed || s->broken)
+			return;
+		if (tf__now_ns() > deadline) {
+			set_broken(s, -ETIMEDOUT);
+			return;
+		}
+		reap(s, NULL, 0);
+		sched_yield();
+	}
+}
+
+void tf_session_close(tf_session_t *s)
+{
+	struct tf_node *node;
+	struct tf_conn *c;
+	bool keep;
+
+	if (!s)
+		return;
+	node = s->node;
+	c = s->c;
+	tf_session_revoke(s);
+	drain(s);
+	/* Only now, with every window revoked and no work in flight, may
+	 * the memory go back to the pool or the cache. */
+	for (int i = 0; i < s->n_bufs; i++)
+		release_buf(s, &s->bufs[i]);
+	keep = node->qp_cache && !c->no_keep;
+	if (s->deferred) {
+		/* Never established: the client gets a refusal. */
+		struct tf_wire_msg m;
+
+		tf__wire_init(&m, TF_WIRE_REJECT);
+		tf__wire_put_u32(&m, ECONNREFUSED);
+		if (!tf__wire_finish(&m))
+			tf__wire_send(c->fd, &m, 100);
+		c->broken = true;
+	} else if (!s->broken) {
+		struct tf_wire_msg m;
+
+		tf__wire_init(&m, TF_WIRE_CLOSE);
+		if (tf__wire_finish(&m) ||
+		    tf__wire_send(c->fd, &m, node->timeout_ms))
+			set_broken(s, -EPIPE);
+		else if (keep)
+			wait_peer_close(s);
+	}
+	keep = keep && !c->broken && s->peer_closed && !s->n_stash &&
+	       tf_qp_state(c->qp) == TF_QPS_RTS;
+	if (!keep)
+		c->broken = c->broken || !s->peer_closed;
+	if (s->server) {
+		struct tf_listener *l = c->l;
+
+		c->l = NULL;
+		if (keep)
+			tf__listener_keep(l, c);
+		else
+			tf__conn_destroy(c);
+		tf__listener_put(l);
+	} else if (keep) {
+		tf__node_keep(node, c);
+	} else {
+		tf__conn_destroy(c);
+	}
+	atomic_fetch_sub(&node->n_sessions, 1);
+	if (s->opened)
+		STAT(node, sessions_closed);
+	tf__free(s->send_ids);
+	tf__free(s->recv_ids);
+	tf__free(s->stash);
+	tf__free(s);
+}

@@ -1,0 +1,1243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session_conn.c - nodes, listeners, connections and the bootstrap
+ * handshake of sessions (wire format in wire_int.h).
+ *
+ * The server serves every handshake from one epoll set without blocking:
+ * each connection keeps its partial message in its tf_wire_rx and a
+ * deadline for its current step, so a peer that sends nothing (or a byte a
+ * second) is dropped when its deadline passes and never delays others.
+ * The client side blocks, with the node timeout on every read.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "session_int.h"
+
+#define S TF_SESS_SUBSYS
+#define STAT(_n, _f) \
+	atomic_fetch_add_explicit(&(_n)->_f, 1, memory_order_relaxed)
+
+/* ------------------------------------------------------------ lists */
+
+void tf__conn_link(struct tf_conn *head, struct tf_conn *c)
+{
+	c->next = head->next;
+	c->prev = head;
+	head->next->prev = c;
+	head->next = c;
+}
+
+void tf__conn_unlink(struct tf_conn *c)
+{
+	if (!c->next)
+		return;
+	c->prev->next = c->next;
+	c->next->prev = c->prev;
+	c->next = c->prev = NULL;
+}
+
+static void list_init(struct tf_conn *head)
+{
+	head->next = head->prev = head;
+}
+
+/* ------------------------------------------------------------ conns */
+
+static struct tf_conn *conn_alloc(struct tf_node *node, int fd)
+{
+	struct tf_conn *c = tf__calloc(1, sizeof(*c));
+
+	if (!c) {
+		tf_log_error(S, "out of memory for a connection");
+		return NULL;
+	}
+	c->node = node;
+	c->fd = fd;
+	return c;
+}
+
+int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
+		    uint32_t send_depth, uint32_t recv_depth)
+{
+	/* The send queue has room for the session's own binds and
+	 * invalidations on top of the caller's depth. */
+	tf_cq_params_t cqp = {.field_mask = TF_CQ_PARAM_DEPTH,
+			      .depth = send_depth + recv_depth +
+				       TF_SESSION_MAX_EXPOSURES + 16};
+	tf_qp_params_t qpp = {
+		.field_mask = TF_QP_PARAM_MAX_SEND_WR | TF_QP_PARAM_MAX_RECV_WR,
+		.max_send_wr = send_depth + TF_SESSION_MAX_EXPOSURES,
+		.max_recv_wr = recv_depth};
+	int ret;
+
+	ret = tf_cq_create(node->ctx, &cqp, &c->cq);
+	if (ret)
+		return ret;
+	qpp.send_cq = qpp.recv_cq = c->cq;
+	ret = tf_qp_create(node->pd, &qpp, &c->qp);
+	if (ret) {
+		tf_cq_destroy(c->cq);
+		c->cq = NULL;
+		return ret;
+	}
+	c->send_depth = send_depth;
+	c->recv_depth = recv_depth;
+	STAT(node, qp_new);
+	return 0;
+}
+
+void tf__conn_destroy(struct tf_conn *c)
+{
+	if (!c)
+		return;
+	if (c->qp) {
+		if (c->broken)
+			STAT(c->node, qp_broken);
+		STAT(c->node, qp_destroyed);
+		tf_qp_destroy(c->qp);
+	}
+	if (c->cq)
+		tf_cq_destroy(c->cq);
+	if (c->fd >= 0)
+		close(c->fd);
+	tf__free(c);
+}
+
+static void set_sock_opts(int fd)
+{
+	int one = 1;
+
+	/* Handshake messages are small and answered at once: Nagle would
+	 * add a delayed-ACK wait to every round trip. */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* ------------------------------------------------------------ node */
+
+static void psk_from_config(struct tf_node *node, const struct tf_config *cfg,
+			    int *err)
+{
+	*err = 0;
+	if (cfg->session_psk_file[0]) {
+		int fd = open(cfg->session_psk_file, O_RDONLY | O_CLOEXEC);
+		ssize_t n;
+		uint8_t extra;
+
+		if (fd < 0) {
+			tf_log_error(S, "cannot open key file %s: %m",
+				     cfg->session_psk_file);
+			*err = -EINVAL;
+			return;
+		}
+		n = read(fd, node->psk, sizeof(node->psk));
+		if (n > 0 && n == (ssize_t)sizeof(node->psk) &&
+		    read(fd, &extra, 1) > 0)
+			n = -1;
+		close(fd);
+		if (n <= 0) {
+			tf_log_error(S,
+				     "key file %s is empty, unreadable or "
+				     "longer than %d bytes",
+				     cfg->session_psk_file, TF_SESS_PSK_MAX);
+			*err = -EINVAL;
+			return;
+		}
+		node->psk_len = (size_t)n;
+	} else if (cfg->session_psk[0]) {
+		node->psk_len = strlen(cfg->session_psk);
+		memcpy(node->psk, cfg->session_psk, node->psk_len);
+	}
+}
+
+static int parse_reg_mode(const char *s)
+{
+	if (!strcmp(s, "auto"))
+		return TF_REG_AUTO;
+	if (!strcmp(s, "pool"))
+		return TF_REG_POOL;
+	if (!strcmp(s, "cache"))
+		return TF_REG_CACHE;
+	if (!strcmp(s, "direct"))
+		return TF_REG_DIRECT;
+	return -EINVAL;
+}
+
+/*
+ * Measure what a registration costs against copying, on this context and
+ * machine: the bytes memcpy moves in the time of one registration of a
+ * 64 KiB buffer.  Below that size a copy into a pre-registered slice is
+ * cheaper than a cache miss.  The minimum of a few runs discards noise
+ * from other processes.
+ */
+static size_t measure_crossover(struct tf_node *node, size_t max_slice)
+{
+	const size_t len = 65536;
+	uint64_t best_reg = UINT64_MAX, best_copy = UINT64_MAX;
+	uint8_t *a = tf__malloc(len), *b = tf__malloc(len);
+	size_t x = 4096;
+
+	if (!a || !b)
+		goto out;
+	memset(a, 1, len);
+	memset(b, 2, len);
+	for (int i = 0; i < 5; i++) {
+		uint64_t t0 = tf__now_ns(), t1, t2;
+		tf_mr_t *mr;
+
+		if (tf_mr_reg(node->pd, a, len, TF_ACCESS_LOCAL_WRITE, &mr))
+			goto out;
+		tf_mr_dereg(mr);
+		t1 = tf__now_ns();
+		memcpy(b, a, len);
+		/* Keep the copy from being optimised away. */
+		__asm__ volatile("" : : "r"(b) : "memory");
+		t2 = tf__now_ns();
+		if (t1 - t0 < best_reg)
+			best_reg = t1 - t0;
+		if (t2 - t1 < best_copy)
+			best_copy = t2 - t1;
+	}
+	if (!best_copy)
+		best_copy = 1;
+	x = (size_t)((double)best_reg * (double)len / (double)best_copy);
+out:
+	tf__free(a);
+	tf__free(b);
+	if (x < 4096)
+		x = 4096;
+	if (x > max_slice)
+		x = max_slice;
+	return x;
+}
+
+int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
+		   tf_node_t **node_p)
+{
+	const struct tf_config *cfg;
+	struct tf_node *node;
+	tf_caps_t caps;
+	size_t max_slice;
+	uint64_t fm = params ? params->field_mask : 0;
+	int ret;
+
+	if (!ctx || !node_p)
+		return -EINVAL;
+	cfg = &ctx->cfg;
+	node = tf__calloc(1, sizeof(*node));
+	if (!node)
+		return -ENOMEM;
+	node->ctx = ctx;
+	list_init(&node->idle);
+	pthread_mutex_init(&node->lock, NULL);
+	atomic_init(&node->next_conn_id, tf__random_u32() & 0xffffff);
+
+	if (fm & TF_NODE_PARAM_PSK) {
+		if (params->psk_len > TF_SESS_PSK_MAX ||
+		    (params->psk_len && !params->psk)) {
+			tf_log_error(S, "pre-shared key of %zu bytes (max %d)",
+				     params->psk_len, TF_SESS_PSK_MAX);
+			ret = -EINVAL;
+			goto err_free;
+		}
+		node->psk_len = params->psk_len;
+		if (params->psk_len)
+			memcpy(node->psk, params->psk, params->psk_len);
+	} else {
+		psk_from_config(node, cfg, &ret);
+		if (ret)
+			goto err_free;
+	}
+	if (fm & TF_NODE_PARAM_REG_MODE)
+		node->reg_mode = params->reg_mode;
+	else
+		node->reg_mode = parse_reg_mode(cfg->reg_mode);
+	if (node->reg_mode < TF_REG_AUTO || node->reg_mode > TF_REG_DIRECT) {
+		tf_log_error(S,
+			     "bad registration mode %d (TOLLFREE_REG_MODE=%s)",
+			     node->reg_mode, cfg->reg_mode);
+		ret = -EINVAL;
+		goto err_free;
+	}
+	node->qp_cache = (fm & TF_NODE_PARAM_QP_CACHE)
+				 ? params->qp_cache
+				 : (unsigned)cfg->session_qp_cache;
+	node->timeout_ms = (fm & TF_NODE_PARAM_TIMEOUT)
+				   ? params->timeout_ms
+				   : (int)cfg->session_timeout_ms;
+	if (node->timeout_ms <= 0) {
+		tf_log_error(S, "session timeout must be positive");
+		ret = -EINVAL;
+		goto err_free;
+	}
+	ret = tf_context_query_caps(ctx, &caps);
+	if (ret)
+		goto err_free;
+	node->use_mw = (fm & TF_NODE_PARAM_USE_MW) ? params->use_mw != 0
+						   : cfg->session_mw;
+	if (node->use_mw && !(caps.flags & TF_CAP_MW_TYPE2)) {
+		tf_log_info(S,
+			    "provider %s has no type-2 memory windows: "
+			    "each exposure gets its own registration",
+			    caps.provider);
+		node->use_mw = false;
+	}
+
+	ret = tf_pd_create(ctx, &node->pd);
+	if (ret)
+		goto err_free;
+	ret = tf_pool_create(node->pd,
+			     (fm & TF_NODE_PARAM_POOL) ? params->pool : NULL,
+			     &node->pool);
+	if (ret)
+		goto err_pd;
+	ret = tf_rcache_create(node->pd, NULL, &node->rc);
+	if (ret)
+		goto err_pool;
+	max_slice = cfg->pool_max_slice;
+	if ((fm & TF_NODE_PARAM_POOL) && params->pool &&
+	    (params->pool->field_mask & TF_POOL_PARAM_MAX_SIZE))
+		max_slice = params->pool->max_size;
+	if ((fm & TF_NODE_PARAM_CROSSOVER) && params->crossover)
+		node->crossover = params->crossover;
+	else if (cfg->reg_crossover)
+		node->crossover = cfg->reg_crossover;
+	else
+		node->crossover = measure_crossover(node, max_slice);
+	if (node->crossover > max_slice)
+		node->crossover = max_slice;
+	tf_log_debug(S, "node: reg mode %d, crossover %zu, %s, auth %s",
+		     node->reg_mode, node->crossover,
+		     node->use_mw ? "windows" : "dedicated MRs",
+		     node->psk_len ? "on" : "off");
+	*node_p = node;
+	return 0;
+
+err_pool:
+	tf_pool_destroy(node->pool);
+err_pd:
+	tf_pd_destroy(node->pd);
+err_free:
+	pthread_mutex_destroy(&node->lock);
+	tf__free(node);
+	return ret;
+}
+
+void tf_node_destroy(tf_node_t *node)
+{
+	struct tf_conn *c;
+
+	if (!node)
+		return;
+	if (atomic_load(&node->n_sessions) || atomic_load(&node->n_listeners))
+		tf_log_warn(S,
+			    "node destroyed with %ld sessions and %ld "
+			    "listeners open",
+			    atomic_load(&node->n_sessions),
+			    atomic_load(&node->n_listeners));
+	while ((c = node->idle.next) != &node->idle) {
+		tf__conn_unlink(c);
+		tf__conn_destroy(c);
+	}
+	for (unsigned i = 0; i < node->n_mw_free; i++)
+		tf_mw_dealloc(node->mw_free[i]);
+	tf_rcache_destroy(node->rc);
+	tf_pool_destroy(node->pool);
+	if (tf_pd_destroy(node->pd))
+		tf_log_warn(S, "node PD still in use at destroy");
+	pthread_mutex_destroy(&node->lock);
+	tf__free(node);
+}
+
+tf_pd_t *tf_node_pd(tf_node_t *node)
+{
+	return node->pd;
+}
+
+tf_pool_t *tf_node_pool(tf_node_t *node)
+{
+	return node->pool;
+}
+
+tf_rcache_t *tf_node_rcache(tf_node_t *node)
+{
+	return node->rc;
+}
+
+#define LD(_f) atomic_load_explicit(&node->_f, memory_order_relaxed)
+
+int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
+{
+	long long live;
+
+	if (!node || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	st->sessions_opened = LD(sessions_opened);
+	st->sessions_closed = LD(sessions_closed);
+	st->sessions_live = (uint64_t)atomic_load(&node->n_sessions);
+	st->connect_failures = LD(connect_failures);
+	st->auth_failures = LD(auth_failures);
+	st->handshake_rejects = LD(handshake_rejects);
+	st->qp_new = LD(qp_new);
+	st->qp_reused = LD(qp_reused);
+	st->qp_destroyed = LD(qp_destroyed);
+	st->qp_broken = LD(qp_broken);
+	pthread_mutex_lock(&node->lock);
+	st->qp_idle = node->n_idle;
+	pthread_mutex_unlock(&node->lock);
+	st->windows_bound = LD(windows_bound);
+	st->windows_revoked = LD(windows_revoked);
+	live = LD(windows_live);
+	st->windows_live = live > 0 ? (uint64_t)live : 0;
+	st->expose_mr_fallback = LD(expose_mr_fallback);
+	st->revoke_ns = LD(revoke_ns);
+	st->attach_pool = LD(attach_pool);
+	st->attach_cache = LD(attach_cache);
+	st->attach_direct = LD(attach_direct);
+	st->copy_bytes = LD(copy_bytes);
+	st->slices_rented = LD(slices_rented);
+	st->crossover = node->crossover;
+	st->reg_mode = node->reg_mode;
+	st->use_mw = node->use_mw;
+	st->auth = node->psk_len != 0;
+	return 0;
+}
+
+/* Keep a healthy client connection for the next session to its peer;
+ * the least recently used one goes when the cache is full. */
+void tf__node_keep(struct tf_node *node, struct tf_conn *c)
+{
+	struct tf_conn *old = NULL;
+
+	if (!node->qp_cache || c->broken) {
+		tf__conn_destroy(c);
+		return;
+	}
+	pthread_mutex_lock(&node->lock);
+	tf__conn_link(&node->idle, c);
+	if (++node->n_idle > node->qp_cache) {
+		old = node->idle.prev;
+		tf__conn_unlink(old);
+		node->n_idle--;
+	}
+	pthread_mutex_unlock(&node->lock);
+	tf__conn_destroy(old);
+}
+
+/* Take a kept connection to the peer at @sa, if any. */
+static struct tf_conn *node_take(struct tf_node *node,
+				 const struct sockaddr_storage *sa,
+				 socklen_t len)
+{
+	struct tf_conn *c, *found = NULL;
+
+	pthread_mutex_lock(&node->lock);
+	for (c = node->idle.next; c != &node->idle; c = c->next) {
+		if (c->peer_len == len && !memcmp(&c->peer, sa, len)) {
+			tf__conn_unlink(c);
+			node->n_idle--;
+			found = c;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&node->lock);
+	return found;
+}
+
+/* ------------------------------------------------------------ listener */
+
+static int resolve(const char *host, uint16_t port, struct sockaddr_storage *sa,
+		   socklen_t *len_p)
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC,
+				 .ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
+	struct addrinfo *res;
+	char ps[8];
+	int r;
+
+	snprintf(ps, sizeof(ps), "%u", port);
+	r = getaddrinfo(host, ps, &hints, &res);
+	if (r) {
+		tf_log_error(S, "bad address %s: %s", host, gai_strerror(r));
+		return -EINVAL;
+	}
+	memcpy(sa, res->ai_addr, res->ai_addrlen);
+	*len_p = res->ai_addrlen;
+	freeaddrinfo(res);
+	return 0;
+}
+
+int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
+		       tf_listener_t **l_p)
+{
+	uint64_t fm = params ? params->field_mask : 0;
+	const char *addr = (fm & TF_LISTENER_PARAM_ADDR) && params->addr
+				   ? params->addr
+				   : "127.0.0.1";
+	uint16_t port = (fm & TF_LISTENER_PARAM_PORT) ? params->port : 0;
+	int backlog = (fm & TF_LISTENER_PARAM_BACKLOG) ? params->backlog : 128;
+	struct epoll_event ev = {.events = EPOLLIN};
+	struct sockaddr_storage sa;
+	socklen_t sl;
+	struct tf_listener *l;
+	int one = 1, ret;
+
+	if (!node || !l_p || backlog <= 0)
+		return -EINVAL;
+	ret = resolve(addr, port, &sa, &sl);
+	if (ret)
+		return ret;
+	l = tf__calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->node = node;
+	list_init(&l->conns);
+	l->lfd = socket(sa.ss_family,
+			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->lfd < 0) {
+		ret = -errno;
+		tf_log_error(S, "socket: %m");
+		goto err_free;
+	}
+	setsockopt(l->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(l->lfd, (struct sockaddr *)&sa, sl) ||
+	    listen(l->lfd, backlog)) {
+		ret = -errno;
+		tf_log_error(S, "cannot listen on %s port %u: %m", addr, port);
+		goto err_close;
+	}
+	sl = sizeof(sa);
+	getsockname(l->lfd, (struct sockaddr *)&sa, &sl);
+	l->port = ntohs(sa.ss_family == AF_INET6
+				? ((struct sockaddr_in6 *)&sa)->sin6_port
+				: ((struct sockaddr_in *)&sa)->sin_port);
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->epfd < 0) {
+		ret = -errno;
+		tf_log_error(S, "epoll_create1: %m");
+		goto err_close;
+	}
+	ev.data.ptr = NULL;
+	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->lfd, &ev)) {
+		ret = -errno;
+		tf_log_error(S, "epoll_ctl: %m");
+		goto err_ep;
+	}
+	atomic_fetch_add(&node->n_listeners, 1);
+	*l_p = l;
+	return 0;
+
+err_ep:
+	close(l->epfd);
+err_close:
+	close(l->lfd);
+err_free:
+	tf__free(l);
+	return ret;
+}
+
+static void listener_free(struct tf_listener *l)
+{
+	struct tf_conn *c;
+
+	while ((c = l->conns.next) != &l->conns) {
+		tf__conn_unlink(c);
+		tf__conn_destroy(c);
+	}
+	close(l->epfd);
+	tf__free(l);
+}
+
+void tf_listener_destroy(tf_listener_t *l)
+{
+	if (!l)
+		return;
+	atomic_fetch_sub(&l->node->n_listeners, 1);
+	close(l->lfd);
+	l->lfd = -1;
+	l->dead = true;
+	if (!l->refs)
+		listener_free(l);
+}
+
+void tf__listener_put(struct tf_listener *l)
+{
+	if (--l->refs == 0 && l->dead)
+		listener_free(l);
+}
+
+uint16_t tf_listener_port(const tf_listener_t *l)
+{
+	return l->port;
+}
+
+int tf_listener_fd(const tf_listener_t *l)
+{
+	return l->epfd;
+}
+
+/* Watch @c on the listener for the next OPEN (server side, idle). */
+void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+	struct tf_conn *old;
+
+	if (l->dead || !l->node->qp_cache || c->broken ||
+	    epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
+		tf__conn_destroy(c);
+		return;
+	}
+	c->hs = TF_CONN_IDLE;
+	c->deadline_ns = 0;
+	tf__wire_rx_reset(&c->rx);
+	tf__conn_link(&l->conns, c);
+	if (++l->n_idle > l->node->qp_cache) {
+		/* The oldest idle connection goes; the list also holds
+		 * handshaking ones, which are skipped. */
+		for (old = l->conns.prev; old != &l->conns; old = old->prev)
+			if (old->hs == TF_CONN_IDLE)
+				break;
+		tf__conn_unlink(old);
+		l->n_idle--;
+		tf__conn_destroy(old);
+	}
+}
+
+/* Drop a handshaking or idle connection of the listener. */
+static void listener_drop(struct tf_listener *l, struct tf_conn *c)
+{
+	if (c->hs == TF_CONN_IDLE)
+		l->n_idle--;
+	else
+		l->n_pending--;
+	tf__conn_unlink(c);
+	tf__conn_destroy(c);
+}
+
+/* Tell a peer why it was refused (best effort: it may be gone). */
+static void send_reject(struct tf_conn *c, int err)
+{
+	struct tf_wire_msg m;
+
+	tf__wire_init(&m, TF_WIRE_REJECT);
+	tf__wire_put_u32(&m, (uint32_t)(err < 0 ? -err : err));
+	if (!tf__wire_finish(&m))
+		tf__wire_send(c->fd, &m, 100);
+}
+
+static int server_hello(struct tf_listener *l, struct tf_conn *c)
+{
+	struct tf_node *node = l->node;
+	struct tf_wire_cur cur;
+	struct tf_wire_msg m;
+	const uint8_t *nc;
+	uint8_t mac[TF_WIRE_MAC];
+	int ret;
+
+	if (c->rx.h.op != TF_WIRE_HELLO) {
+		tf_log_warn(S, "handshake: expected HELLO, got op %u",
+			    c->rx.h.op);
+		return -TF_EWIRE;
+	}
+	tf__wire_cur_init(&cur, &c->rx);
+	nc = tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
+	if (!nc) {
+		tf_log_warn(S, "handshake: HELLO of %u bytes is truncated",
+			    c->rx.h.size);
+		return -TF_EWIRE;
+	}
+	memcpy(c->nonce_c, nc, TF_WIRE_NONCE);
+	ret = tf__random(c->nonce_s, TF_WIRE_NONCE);
+	if (ret)
+		return ret;
+	tf__wire_init(&m, TF_WIRE_CHALLENGE);
+	tf__wire_put_bytes(&m, c->nonce_s, TF_WIRE_NONCE);
+	tf__wire_put_u8(&m, node->psk_len ? 1 : 0);
+	if (node->psk_len) {
+		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-s",
+				   c->nonce_c, c->nonce_s, mac);
+		if (ret)
+			return ret;
+		tf__wire_put_bytes(&m, mac, TF_WIRE_MAC);
+	}
+	ret = tf__wire_finish(&m);
+	if (!ret)
+		ret = tf__wire_send(c->fd, &m, node->timeout_ms);
+	c->hs = TF_CONN_WAIT_OPEN;
+	c->deadline_ns = tf__now_ns() + (uint64_t)node->timeout_ms * 1000000;
+	return ret;
+}
+
+/* Serve an OPEN on @c; on success *@s_p is the new session. */
+static int server_open(struct tf_listener *l, struct tf_conn *c,
+		       const tf_session_params_t *params,
+		       struct tf_session **s_p)
+{
+	struct tf_node *node = l->node;
+	struct tf_wire_cur cur;
+	const uint8_t *mac = NULL, *blob, *priv;
+	uint8_t want[TF_WIRE_MAC];
+	struct tf_session *s;
+	uint32_t reuse;
+	uint16_t blob_len, priv_len;
+	bool idle = c->hs == TF_CONN_IDLE;
+	int ret;
+
+	if (c->rx.h.op != TF_WIRE_OPEN) {
+		tf_log_warn(S, "handshake: expected OPEN, got op %u",
+			    c->rx.h.op);
+		return -TF_EWIRE;
+	}
+	tf__wire_cur_init(&cur, &c->rx);
+	/* A kept connection proved the key when it was made. */
+	if (node->psk_len && !idle)
+		mac = tf__wire_get_bytes(&cur, TF_WIRE_MAC);
+	reuse = tf__wire_get_u32(&cur);
+	blob_len = tf__wire_get_u16(&cur);
+	blob = tf__wire_get_bytes(&cur, blob_len);
+	priv_len = tf__wire_get_u16(&cur);
+	priv = tf__wire_get_bytes(&cur, priv_len);
+	if (cur.bad || blob_len > TF_QP_ADDR_MAX ||
+	    priv_len > TF_WIRE_MAX_PRIV) {
+		tf_log_warn(S, "handshake: malformed OPEN (%u bytes)",
+			    c->rx.h.size);
+		return -TF_EWIRE;
+	}
+	if (mac) {
+		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-c",
+				   c->nonce_s, c->nonce_c, want);
+		if (ret)
+			return ret;
+		if (!tf__wire_mac_equal(mac, want)) {
+			tf_log_warn(S, "handshake: peer failed to prove the "
+				       "pre-shared key");
+			STAT(node, auth_failures);
+			return -TF_EAUTH;
+		}
+	}
+	if (idle) {
+		if (reuse != c->id || blob_len) {
+			tf_log_warn(S,
+				    "handshake: OPEN on kept connection %u "
+				    "names %u with a %u-byte blob",
+				    c->id, reuse, blob_len);
+			return -TF_EWIRE;
+		}
+		/* A QP that failed while idle is not reused. */
+		if (tf_qp_state(c->qp) != TF_QPS_RTS) {
+			c->broken = true;
+			return -TF_EQPERR;
+		}
+	} else {
+		uint32_t sd = 256, rd = 256;
+
+		if (reuse || !blob_len) {
+			tf_log_warn(S,
+				    "handshake: first OPEN names "
+				    "connection %u with a %u-byte blob",
+				    reuse, blob_len);
+			return -TF_EWIRE;
+		}
+		if (params && (params->field_mask & TF_SESSION_PARAM_QP)) {
+			sd = params->max_send_wr;
+			rd = params->max_recv_wr;
+		}
+		ret = tf__conn_new_qp(node, c, sd, rd);
+		if (ret)
+			return ret;
+		ret = tf_qp_connect(c->qp, blob, blob_len);
+		if (ret) {
+			tf_log_warn(S, "handshake: peer QP address refused: %s",
+				    tf_strerror(ret));
+			return ret;
+		}
+		c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
+	}
+	ret = tf__session_new(node, c, true, &s);
+	if (ret)
+		return ret;
+	s->reused = idle;
+	if (idle)
+		STAT(node, qp_reused);
+	memcpy(s->priv, priv, priv_len);
+	s->priv_len = priv_len;
+	s->deferred = true;
+	*s_p = s;
+	return 0;
+}
+
+/* One readable event on a listener connection. */
+static int serve_conn(struct tf_listener *l, struct tf_conn *c,
+		      const tf_session_params_t *params,
+		      struct tf_session **s_p)
+{
+	struct tf_session *s;
+	int ret = tf__wire_rx_step(c->fd, &c->rx);
+
+	if (ret == 0)
+		return 0;
+	if (ret < 0)
+		goto err;
+	if (c->hs == TF_CONN_WAIT_HELLO) {
+		ret = server_hello(l, c);
+		tf__wire_rx_reset(&c->rx);
+		if (ret)
+			goto err;
+		return 0;
+	}
+	ret = server_open(l, c, params, &s);
+	tf__wire_rx_reset(&c->rx);
+	if (ret)
+		goto err;
+	/* The session owns the connection from now on. */
+	epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	if (c->hs == TF_CONN_IDLE)
+		l->n_idle--;
+	else
+		l->n_pending--;
+	tf__conn_unlink(c);
+	c->hs = TF_CONN_BUSY;
+	c->l = l;
+	l->refs++;
+	if (!(params && (params->field_mask & TF_SESSION_PARAM_FLAGS) &&
+	      (params->flags & TF_SESSION_DEFER_ESTABLISH))) {
+		ret = tf_session_establish(s);
+		if (ret) {
+			tf_session_close(s);
+			return 0;
+		}
+	}
+	s->opened = true;
+	STAT(l->node, sessions_opened);
+	*s_p = s;
+	return 1;
+err:
+	/* An idle connection the client closed is the normal end of a
+	 * kept connection, not a rejected handshake. */
+	if (!(c->hs == TF_CONN_IDLE && ret == -ECONNRESET && !c->rx.got)) {
+		if (ret != -TF_EAUTH)
+			STAT(l->node, handshake_rejects);
+		if (ret != -ECONNRESET)
+			send_reject(c, ret);
+	}
+	listener_drop(l, c);
+	return 0;
+}
+
+int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
+		       int timeout_ms, tf_session_t **s_p)
+{
+	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+	struct epoll_event evs[16];
+
+	if (!l || !s_p || l->dead)
+		return -EINVAL;
+	for (;;) {
+		uint64_t now = tf__now_ns();
+		struct tf_conn *c, *nx;
+		int n, wait_ms = 10;
+
+		/* Handshakes that missed their deadline are dropped. */
+		for (c = l->conns.next; c != &l->conns; c = nx) {
+			nx = c->next;
+			if (c->deadline_ns && now > c->deadline_ns) {
+				tf_log_warn(S, "handshake: peer timed out");
+				STAT(l->node, handshake_rejects);
+				listener_drop(l, c);
+			}
+		}
+		if (timeout_ms >= 0 && now >= deadline)
+			wait_ms = 0;
+		else if (timeout_ms >= 0 &&
+			 (deadline - now) / 1000000 < (uint64_t)wait_ms)
+			wait_ms = (int)((deadline - now) / 1000000);
+		/* Sessions already accepted may need this side to serve
+		 * their peers' one-sided operations while we wait. */
+		tf_context_progress(l->node->ctx);
+		n = epoll_wait(l->epfd, evs, 16, wait_ms);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		for (int i = 0; i < n; i++) {
+			c = evs[i].data.ptr;
+			if (!c) {
+				int fd;
+
+				while ((fd = accept4(l->lfd, NULL, NULL,
+						     SOCK_NONBLOCK |
+							     SOCK_CLOEXEC)) >=
+				       0) {
+					struct epoll_event ev = {
+						.events = EPOLLIN};
+
+					/* Bounded: a flood of connections
+					 * that never finish their handshake
+					 * cannot exhaust memory. */
+					if (l->n_pending >=
+					    TF_LISTENER_MAX_PENDING) {
+						STAT(l->node,
+						     handshake_rejects);
+						close(fd);
+						continue;
+					}
+					c = conn_alloc(l->node, fd);
+					if (!c) {
+						close(fd);
+						continue;
+					}
+					set_sock_opts(fd);
+					c->hs = TF_CONN_WAIT_HELLO;
+					c->deadline_ns =
+						tf__now_ns() +
+						(uint64_t)l->node->timeout_ms *
+							1000000;
+					ev.data.ptr = c;
+					if (epoll_ctl(l->epfd, EPOLL_CTL_ADD,
+						      fd, &ev)) {
+						tf__conn_destroy(c);
+						continue;
+					}
+					tf__conn_link(&l->conns, c);
+					l->n_pending++;
+				}
+				continue;
+			}
+			if (serve_conn(l, c, params, s_p) == 1)
+				return 0;
+			/* serve_conn may have freed a connection that a
+			 * later event names: stop and poll again. */
+			break;
+		}
+		if (timeout_ms >= 0 && tf__now_ns() >= deadline)
+			return -EAGAIN;
+	}
+}
+
+/* ------------------------------------------------------------ client */
+
+static int connect_tcp(struct tf_node *node, const struct sockaddr_storage *sa,
+		       socklen_t sl, int *fd_p)
+{
+	struct pollfd pfd;
+	socklen_t el = sizeof(int);
+	int fd, err = 0, r;
+
+	fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0) {
+		err = -errno;
+		tf_log_error(S, "socket: %m");
+		return err;
+	}
+	set_sock_opts(fd);
+	if (connect(fd, (const struct sockaddr *)sa, sl) &&
+	    errno != EINPROGRESS) {
+		err = -errno;
+		goto err_close;
+	}
+	pfd.fd = fd;
+	pfd.events = POLLOUT;
+	do {
+		r = poll(&pfd, 1, node->timeout_ms);
+	} while (r < 0 && errno == EINTR);
+	if (r <= 0) {
+		err = r ? -errno : -ETIMEDOUT;
+		goto err_close;
+	}
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+	if (err) {
+		err = -err;
+		goto err_close;
+	}
+	*fd_p = fd;
+	return 0;
+err_close:
+	close(fd);
+	return err;
+}
+
+/* Receive the server's answer to OPEN: ACCEPT (into @s) or REJECT. */
+static int client_accept(struct tf_session *s, bool reused)
+{
+	struct tf_conn *c = s->c;
+	struct tf_wire_cur cur;
+	const uint8_t *blob;
+	uint32_t id;
+	uint16_t blob_len;
+	int ret;
+
+	tf__wire_rx_reset(&c->rx);
+	ret = tf__wire_recv(c->fd, &c->rx, s->node->timeout_ms);
+	if (ret < 0)
+		return ret;
+	tf__wire_cur_init(&cur, &c->rx);
+	if (c->rx.h.op == TF_WIRE_REJECT) {
+		ret = (int)tf__wire_get_u32(&cur);
+		if (cur.bad || ret <= 0 || ret > 4096)
+			ret = TF_EWIRE;
+		tf_log_warn(S, "server refused the session: %s",
+			    tf_strerror(ret));
+		return -ret;
+	}
+	if (c->rx.h.op != TF_WIRE_ACCEPT) {
+		tf_log_warn(S, "handshake: expected ACCEPT, got op %u",
+			    c->rx.h.op);
+		return -TF_EWIRE;
+	}
+	id = tf__wire_get_u32(&cur);
+	blob_len = tf__wire_get_u16(&cur);
+	blob = tf__wire_get_bytes(&cur, blob_len);
+	if (cur.bad || blob_len > TF_QP_ADDR_MAX || (reused != !blob_len) ||
+	    (reused && id != c->id)) {
+		tf_log_warn(S, "handshake: malformed ACCEPT");
+		return -TF_EWIRE;
+	}
+	ret = tf__sess_read_exposures(s, &cur);
+	if (ret)
+		return ret;
+	if (!reused) {
+		c->id = id;
+		ret = tf_qp_connect(c->qp, blob, blob_len);
+		if (ret) {
+			tf_log_warn(S, "server QP address refused: %s",
+				    tf_strerror(ret));
+			return ret;
+		}
+	}
+	tf__wire_rx_reset(&c->rx);
+	return 0;
+}
+
+static int send_open(struct tf_session *s, const tf_session_params_t *params,
+		     const uint8_t *mac, const uint8_t *blob, size_t blob_len)
+{
+	struct tf_wire_msg m;
+	size_t priv_len = 0;
+	int ret;
+
+	if (params && (params->field_mask & TF_SESSION_PARAM_PRIV))
+		priv_len = params->priv_len;
+	tf__wire_init(&m, TF_WIRE_OPEN);
+	if (mac)
+		tf__wire_put_bytes(&m, mac, TF_WIRE_MAC);
+	tf__wire_put_u32(&m, blob_len ? 0 : s->c->id);
+	tf__wire_put_u16(&m, (uint16_t)blob_len);
+	tf__wire_put_bytes(&m, blob, blob_len);
+	tf__wire_put_u16(&m, (uint16_t)priv_len);
+	if (priv_len)
+		tf__wire_put_bytes(&m, params->priv, priv_len);
+	ret = tf__wire_finish(&m);
+	if (ret)
+		return ret;
+	return tf__wire_send(s->c->fd, &m, s->node->timeout_ms);
+}
+
+/* Open a session on a kept connection; on failure the connection is
+ * destroyed and the caller makes a new one. */
+static int connect_reused(struct tf_node *node, struct tf_conn *c,
+			  const tf_session_params_t *params,
+			  struct tf_session **s_p)
+{
+	struct tf_session *s;
+	int ret;
+
+	if (tf_qp_state(c->qp) != TF_QPS_RTS) {
+		c->broken = true;
+		tf__conn_destroy(c);
+		return -TF_EQPERR;
+	}
+	ret = tf__session_new(node, c, false, &s);
+	if (ret) {
+		tf__conn_destroy(c);
+		return ret;
+	}
+	s->reused = true;
+	ret = send_open(s, params, NULL, NULL, 0);
+	if (!ret)
+		ret = client_accept(s, true);
+	if (ret) {
+		s->broken = true;
+		c->broken = true;
+		tf_session_close(s);
+		return ret;
+	}
+	STAT(node, qp_reused);
+	*s_p = s;
+	return 0;
+}
+
+static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
+		       socklen_t sl, const tf_session_params_t *params,
+		       struct tf_session **s_p)
+{
+	uint8_t blob[TF_QP_ADDR_MAX], mac[TF_WIRE_MAC], want[TF_WIRE_MAC];
+	size_t blob_len = sizeof(blob);
+	uint32_t sd = 256, rd = 256;
+	struct tf_wire_msg m;
+	struct tf_wire_cur cur;
+	struct tf_session *s;
+	struct tf_conn *c;
+	const uint8_t *ns, *smac = NULL;
+	uint8_t auth;
+	int fd = -1, ret;
+
+	ret = connect_tcp(node, sa, sl, &fd);
+	if (ret) {
+		tf_log_warn(S, "cannot connect to the listener: %s",
+			    tf_strerror(ret));
+		return ret;
+	}
+	c = conn_alloc(node, fd);
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	memcpy(&c->peer, sa, sl);
+	c->peer_len = sl;
+	c->hs = TF_CONN_BUSY;
+	ret = tf__random(c->nonce_c, TF_WIRE_NONCE);
+	if (ret)
+		goto err_conn;
+	tf__wire_init(&m, TF_WIRE_HELLO);
+	tf__wire_put_bytes(&m, c->nonce_c, TF_WIRE_NONCE);
+	ret = tf__wire_finish(&m);
+	if (!ret)
+		ret = tf__wire_send(fd, &m, node->timeout_ms);
+	if (!ret)
+		ret = tf__wire_recv(fd, &c->rx, node->timeout_ms);
+	if (ret < 0)
+		goto err_conn;
+	tf__wire_cur_init(&cur, &c->rx);
+	if (c->rx.h.op == TF_WIRE_REJECT) {
+		ret = (int)tf__wire_get_u32(&cur);
+		ret = -((cur.bad || ret <= 0 || ret > 4096) ? TF_EWIRE : ret);
+		tf_log_warn(S, "server refused the session: %s",
+			    tf_strerror(ret));
+		goto err_conn;
+	}
+	ns = tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
+	auth = tf__wire_get_u8(&cur);
+	if (auth)
+		smac = tf__wire_get_bytes(&cur, TF_WIRE_MAC);
+	if (c->rx.h.op != TF_WIRE_CHALLENGE || cur.bad || auth > 1) {
+		tf_log_warn(S, "handshake: malformed CHALLENGE (op %u)",
+			    c->rx.h.op);
+		ret = -TF_EWIRE;
+		goto err_conn;
+	}
+	memcpy(c->nonce_s, ns, TF_WIRE_NONCE);
+	/* The server must prove the key before it learns our QP address;
+	 * a server without a key cannot be trusted by a client with one. */
+	if (!!auth != !!node->psk_len) {
+		tf_log_warn(S, "handshake: %s",
+			    node->psk_len
+				    ? "server did not prove the pre-shared key"
+				    : "server requires a pre-shared key");
+		STAT(node, auth_failures);
+		ret = -TF_EAUTH;
+		goto err_conn;
+	}
+	if (auth) {
+		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-s",
+				   c->nonce_c, c->nonce_s, want);
+		if (ret)
+			goto err_conn;
+		if (!tf__wire_mac_equal(smac, want)) {
+			tf_log_warn(S, "handshake: server failed to prove the "
+				       "pre-shared key");
+			STAT(node, auth_failures);
+			ret = -TF_EAUTH;
+			goto err_conn;
+		}
+		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-c",
+				   c->nonce_s, c->nonce_c, mac);
+		if (ret)
+			goto err_conn;
+	}
+	if (params && (params->field_mask & TF_SESSION_PARAM_QP)) {
+		sd = params->max_send_wr;
+		rd = params->max_recv_wr;
+	}
+	ret = tf__conn_new_qp(node, c, sd, rd);
+	if (ret)
+		goto err_conn;
+	ret = tf_qp_get_addr(c->qp, blob, &blob_len);
+	if (ret)
+		goto err_conn;
+	ret = tf__session_new(node, c, false, &s);
+	if (ret)
+		goto err_conn;
+	ret = send_open(s, params, auth ? mac : NULL, blob, blob_len);
+	if (!ret)
+		ret = client_accept(s, false);
+	if (ret) {
+		s->broken = true;
+		c->broken = true;
+		tf_session_close(s);
+		return ret;
+	}
+	*s_p = s;
+	return 0;
+
+err_conn:
+	c->broken = true;
+	tf__conn_destroy(c);
+	return ret;
+}
+
+int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
+		       const tf_session_params_t *params, tf_session_t **s_p)
+{
+	bool no_reuse = params &&
+			(params->field_mask & TF_SESSION_PARAM_FLAGS) &&
+			(params->flags & TF_SESSION_NO_REUSE);
+	struct sockaddr_storage sa;
+	struct tf_session *s;
+	struct tf_conn *c;
+	socklen_t sl;
+	int ret;
+
+	if (!node || !host || !s_p)
+		return -EINVAL;
+	if (params && (params->field_mask & TF_SESSION_PARAM_PRIV) &&
+	    (params->priv_len > TF_SESSION_MAX_PRIV ||
+	     (params->priv_len && !params->priv)))
+		return -EINVAL;
+	if (params && (params->field_mask & TF_SESSION_PARAM_QP) &&
+	    (!params->max_send_wr || !params->max_recv_wr))
+		return -EINVAL;
+	ret = resolve(host, port, &sa, &sl);
+	if (ret)
+		return ret;
+	memset((char *)&sa + sl, 0, sizeof(sa) - sl);
+	/* A kept connection that fails to open (the server dropped it) is
+	 * destroyed and the next one, or a new one, is tried. */
+	while (!no_reuse && (c = node_take(node, &sa, sl)) != NULL) {
+		ret = connect_reused(node, c, params, &s);
+		if (!ret)
+			goto out;
+		tf_log_debug(S, "kept connection failed: %s", tf_strerror(ret));
+	}
+	ret = connect_new(node, &sa, sl, params, &s);
+	if (ret) {
+		STAT(node, connect_failures);
+		return ret;
+	}
+out:
+	if (no_reuse)
+		s->c->no_keep = true;
+	s->opened = true;
+	STAT(node, sessions_opened);
+	*s_p = s;
+	return 0;
+}

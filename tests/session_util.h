@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session_util.h - helpers shared by the session tests (header only).
+ */
+#ifndef TF_SESSION_UTIL_H
+#define TF_SESSION_UTIL_H
+
+#include <string.h>
+
+#include "tf_test.h"
+
+/* Create a node on the pair's context with @use_mw (-1: configuration). */
+static inline tf_node_t *st_node(struct tf_pair *p, int use_mw, const void *psk,
+				 size_t psk_len)
+{
+	tf_node_params_t np = {0};
+	tf_node_t *node;
+
+	if (use_mw >= 0) {
+		np.field_mask |= TF_NODE_PARAM_USE_MW;
+		np.use_mw = use_mw;
+	}
+	if (psk) {
+		np.field_mask |= TF_NODE_PARAM_PSK;
+		np.psk = psk;
+		np.psk_len = psk_len;
+	}
+	CHECK_OK(tf_node_create(p->ctx, &np, &node));
+	return node;
+}
+
+/* Server: accept one session within the test timeout. */
+static inline tf_session_t *st_accept(tf_listener_t *l, unsigned flags)
+{
+	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
+				  .flags = flags};
+	tf_session_t *s = NULL;
+	int ret = tf_listener_accept(l, &sp, 4 * tf_test_timeout_ms(), &s);
+
+	CHECKF(ret == 0, "accept: %s", tf_strerror(ret));
+	return s;
+}
+
+/* Serve @s (progress, reap completions) until the peer closed or the
+ * session broke; returns the final state. */
+static inline int st_serve(tf_session_t *s)
+{
+	int limit = 4 * tf_test_timeout_ms() / 10, st;
+	struct tf_wc wc[8];
+
+	/* tf_session_wait returns early when the peer closes. */
+	for (int t = 0; t < limit; t++) {
+		int n = tf_session_wait(s, 8, wc, 10);
+
+		CHECK(n >= 0);
+		st = tf_session_state(s);
+		if (st == TF_SESSION_PEER_CLOSED || st == TF_SESSION_BROKEN)
+			return st;
+	}
+	tf_test_fail(__FILE__, __LINE__, "peer never closed the session");
+}
+
+/* Wait for exactly one completion of @s and check its status. */
+static inline void st_expect(tf_session_t *s, uint64_t wr_id,
+			     enum tf_wc_status status, struct tf_wc *out)
+{
+	struct tf_wc wc;
+	int n = tf_session_wait(s, 1, &wc, 4 * tf_test_timeout_ms());
+
+	CHECKF(n == 1, "no completion for wr_id %llu (%d)",
+	       (unsigned long long)wr_id, n);
+	CHECKF(wc.wr_id == wr_id && wc.status == status,
+	       "completion %s, expected wr_id %llu status %s",
+	       tf_test_wc_str(&wc), (unsigned long long)wr_id,
+	       tf_wc_status_str(status));
+	if (out)
+		*out = wc;
+}
+
+#endif /* TF_SESSION_UTIL_H */

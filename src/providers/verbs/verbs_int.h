@@ -1,0 +1,199 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * verbs_int.h - internals of the verbs provider (libibverbs).
+ *
+ * Split of responsibilities (files):
+ *   verbs.c     probe, device list, context (port/GID/MTU selection),
+ *               capabilities, mem_alloc, PD, MR, MW
+ *   verbs_qp.c  CQs, RC QPs, the address blob, WR translation, posting,
+ *               completion translation
+ *
+ * Work-request bookkeeping.  The core's WC carries information verbs does
+ * not report for every completion: the opcode of a failed WR (undefined in
+ * an ibv_wc with an error status), the payload length of a send-queue WR
+ * (for bytes_out) and which BIND_MW must give back its key when it fails.
+ * Each QP therefore keeps a ring of posted send WRs and a ring of posted
+ * receive WRs.  The verbs wr_id is not the user's: it encodes the ring
+ * sequence number, a per-QP generation and the queue (see VERBS_WRID_*), so
+ * a completion finds its ring entry without a search and a stale completion
+ * of a destroyed QP whose number was reused is recognised and dropped.
+ */
+#ifndef TOLLFREE_VERBS_INT_H
+#define TOLLFREE_VERBS_INT_H
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "provider.h"
+
+#define VERBS_SUBSYS "verbs"
+
+/* The vendor id rdma_rxe reports (RXE_VENDOR_ID). */
+#define VERBS_RXE_VENDOR_ID 0xffffffu
+
+/* Address blob (tf_qp_get_addr); every field in big-endian order. */
+#define VERBS_ADDR_MAGIC   0x54465642u /* "TFVB" */
+#define VERBS_ADDR_VERSION 1
+#define VERBS_ADDR_LEN	   40
+
+/* Link-layer codes carried in the blob. */
+#define VERBS_LL_IB  1
+#define VERBS_LL_ETH 2
+
+/* Layout of the verbs wr_id: [63] receive queue, [62:48] generation of the
+ * QP, [47:0] low bits of the ring sequence number. */
+#define VERBS_WRID_RECV	     (1ull << 63)
+#define VERBS_WRID_GEN_SHIFT 48
+#define VERBS_WRID_GEN_MASK  0x7fffu
+#define VERBS_WRID_SEQ_MASK  ((1ull << 48) - 1)
+
+/* WRs translated per ibv_post_send/ibv_post_recv call; bounds the stack
+ * used by the post path, which never allocates. */
+#define VERBS_POST_BATCH 16
+/* Completions fetched per ibv_poll_cq call. */
+#define VERBS_POLL_BATCH 32
+
+struct verbs_qp;
+
+struct verbs_ctx {
+	struct tf_context base;
+	struct ibv_context *ibctx;
+	struct ibv_device_attr_ex dattr;
+	struct ibv_port_attr pattr;
+	union ibv_gid gid;
+	int gid_index;
+	uint8_t port;
+	uint8_t link_layer; /* VERBS_LL_* */
+	enum ibv_mtu mtu;
+	uint64_t cap_flags; /* TF_CAP_* known from the device attributes */
+	/* rxe writes the kernel's struct ib_uverbs_wc into the CQ that
+	 * librxe copies out as is, so the kernel's IB_WC_WITH_INVALIDATE
+	 * (1 << 2) reaches us as IBV_WC_IP_CSUM_OK instead of
+	 * IBV_WC_WITH_INV (1 << 3); checksum offload flags mean nothing on
+	 * an RC QP, so on rxe the bit is read as WITH_INV. */
+	bool rxe_inv_quirk;
+
+	/* Guards the lazy capability probes below. */
+	pthread_mutex_t probe_lock;
+	bool probed;
+	uint64_t probed_flags;	  /* TF_CAP_REREG, TF_CAP_INLINE */
+	uint32_t max_inline_data; /* largest inline size a QP accepted */
+
+	/* Guards the bound-window lists of QPs and verbs_mw.bound_qp. */
+	pthread_mutex_t mw_lock;
+
+	/* qp_num -> QP, open addressing with linear probing.  Pollers hold
+	 * the lock in read mode while they use a QP found here, so that
+	 * qp_destroy (write mode) cannot free it under them. */
+	pthread_rwlock_t qp_lock;
+	struct verbs_qp **qp_tab;
+	uint32_t qp_tab_mask; /* size - 1, size a power of two */
+	uint32_t qp_count;
+	atomic_uint qp_gen;
+};
+
+struct verbs_pd {
+	struct tf_pd base;
+	struct ibv_pd *ibpd;
+};
+
+struct verbs_mr {
+	struct tf_mr base;
+	struct ibv_mr *ibmr;
+};
+
+/*
+ * A window bound through a QP is on that QP's list of bound windows until
+ * a LOCAL_INV or a received SEND_WITH_INV revokes it, it is deallocated,
+ * or the QP is destroyed.  tf_qp_destroy promises that the windows bound
+ * through the QP are invalidated; rxe (6.1) leaves them bound to the dead
+ * QP, which also keeps their region from being deregistered, so the
+ * provider revokes them itself (verbs_qp.c, mw_revoke_all).
+ */
+struct verbs_mw {
+	struct tf_mw base;
+	struct ibv_mw *ibmw;	   /* NULL if re-allocation failed */
+	struct verbs_qp *bound_qp; /* guarded by verbs_ctx.mw_lock */
+	struct verbs_mw *next_bound;
+};
+
+struct verbs_cq {
+	struct tf_cq base;
+	struct ibv_cq *ibcq;
+	struct ibv_comp_channel *chan;
+};
+
+/* One posted send-queue WR. */
+struct verbs_swr {
+	uint64_t wr_id;	     /* the user's */
+	uint64_t bytes;	     /* payload, for bytes_out */
+	struct verbs_mw *mw; /* BIND_MW: the window */
+	uint32_t old_rkey;   /* BIND_MW: key before the bind */
+	uint32_t new_rkey;   /* BIND_MW: key the bind installs */
+	uint8_t opcode;	     /* enum tf_wr_opcode */
+	uint8_t signaled;
+};
+
+struct verbs_qp {
+	struct tf_qp base;
+	struct ibv_qp *ibqp;
+	struct verbs_ctx *ctx;
+	uint32_t gen; /* VERBS_WRID_GEN_MASK bits */
+	uint32_t psn; /* our initial send PSN (24 bits) */
+
+	/* Send ring: the poster advances sq_head, the poller sq_tail; one
+	 * thread each (a QP and a CQ are each serialized by their callers),
+	 * so acquire/release on the indices is enough. */
+	struct verbs_swr *sq;
+	uint32_t sq_mask;
+	uint32_t sq_max; /* WRs that may be outstanding */
+	_Atomic uint64_t sq_head, sq_tail;
+	/* Receive ring: the user's wr_id per posted receive. */
+	uint64_t *rq;
+	uint32_t rq_mask;
+	uint32_t rq_max;
+	_Atomic uint64_t rq_head, rq_tail;
+	/* Windows bound through this QP (see struct verbs_mw). */
+	struct verbs_mw *bound_mws;
+};
+
+#define VERBS_CTX(_c) ((struct verbs_ctx *)(_c))
+#define VERBS_PD(_p)  ((struct verbs_pd *)(_p))
+#define VERBS_MR(_m)  ((struct verbs_mr *)(_m))
+#define VERBS_MW(_m)  ((struct verbs_mw *)(_m))
+#define VERBS_CQ(_c)  ((struct verbs_cq *)(_c))
+#define VERBS_QP(_q)  ((struct verbs_qp *)(_q))
+
+/* Map TF_ACCESS_* to IBV_ACCESS_* (one to one). */
+int tf_verbs_access(unsigned access);
+/* enum ibv_mtu of a size in bytes; 0 or -EINVAL. */
+int tf_verbs_mtu_from_bytes(uint64_t bytes, enum ibv_mtu *mtu);
+/* -errno of a failed libibverbs call that reports through errno; @dflt
+ * when errno was left 0. */
+int tf_verbs_errno(int dflt);
+
+/* verbs_qp.c */
+int tf_verbs_cq_create(struct tf_context *ctx, uint32_t depth,
+		       struct tf_cq **cq_p);
+int tf_verbs_cq_destroy(struct tf_cq *cq);
+int tf_verbs_cq_poll(struct tf_cq *cq, int n, struct tf_wc *wc);
+int tf_verbs_cq_fd(struct tf_cq *cq);
+int tf_verbs_cq_arm(struct tf_cq *cq);
+int tf_verbs_qp_create(struct tf_pd *pd, const struct tf_qp *attr,
+		       struct tf_qp **qp_p);
+int tf_verbs_qp_destroy(struct tf_qp *qp);
+int tf_verbs_qp_get_addr(struct tf_qp *qp, void *buf, size_t *len_p);
+int tf_verbs_qp_connect(struct tf_qp *qp, const void *addr, size_t len);
+int tf_verbs_qp_set_error(struct tf_qp *qp);
+int tf_verbs_post_send(struct tf_qp *qp, struct tf_send_wr *wr,
+		       struct tf_send_wr **bad_wr_p);
+int tf_verbs_post_recv(struct tf_qp *qp, struct tf_recv_wr *wr,
+		       struct tf_recv_wr **bad_wr_p);
+void tf_verbs_qp_map_free(struct verbs_ctx *ctx);
+/* Take @mw off the bound list of its QP, if it is on one. */
+void tf_verbs_mw_unbind(struct verbs_ctx *ctx, struct verbs_mw *mw);
+
+#endif /* TOLLFREE_VERBS_INT_H */

@@ -1,0 +1,1212 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * verbs_qp.c - completion queues, RC queue pairs, the address blob and the
+ * data path of the verbs provider.
+ *
+ * The post path translates a chain of tf WRs into at most VERBS_POST_BATCH
+ * ibv WRs on the stack at a time and never allocates.  SGE lists are handed
+ * to libibverbs as they are: struct tf_sge has the layout of struct ibv_sge
+ * (checked below), and libibverbs copies them into the send queue before
+ * ibv_post_send returns.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "verbs_int.h"
+
+_Static_assert(sizeof(struct tf_sge) == sizeof(struct ibv_sge),
+	       "tf_sge must match ibv_sge");
+_Static_assert(offsetof(struct tf_sge, addr) == offsetof(struct ibv_sge, addr),
+	       "tf_sge.addr");
+_Static_assert(offsetof(struct tf_sge, length) ==
+		       offsetof(struct ibv_sge, length),
+	       "tf_sge.length");
+_Static_assert(offsetof(struct tf_sge, lkey) == offsetof(struct ibv_sge, lkey),
+	       "tf_sge.lkey");
+
+/* ---------------------------------------------------------------- QP map */
+
+static uint32_t qpn_hash(uint32_t qpn)
+{
+	return qpn * 2654435761u;
+}
+
+/* Lock must be held in write mode. */
+static int qp_map_grow(struct verbs_ctx *c)
+{
+	uint32_t nmask = c->qp_tab_mask * 2 + 1;
+	struct verbs_qp **nt = tf__calloc(nmask + 1, sizeof(*nt));
+
+	if (!nt)
+		return -ENOMEM;
+	for (uint32_t i = 0; i <= c->qp_tab_mask; i++) {
+		struct verbs_qp *qp = c->qp_tab[i];
+		uint32_t j;
+
+		if (!qp)
+			continue;
+		for (j = qpn_hash(qp->base.qpn) & nmask; nt[j];
+		     j = (j + 1) & nmask)
+			;
+		nt[j] = qp;
+	}
+	tf__free(c->qp_tab);
+	c->qp_tab = nt;
+	c->qp_tab_mask = nmask;
+	return 0;
+}
+
+static int qp_map_insert(struct verbs_ctx *c, struct verbs_qp *qp)
+{
+	uint32_t i;
+	int ret = 0;
+
+	pthread_rwlock_wrlock(&c->qp_lock);
+	/* Keep the load under one half so that probe runs stay short. */
+	if ((c->qp_count + 1) * 2 > c->qp_tab_mask + 1) {
+		ret = qp_map_grow(c);
+		if (ret)
+			goto out_unlock;
+	}
+	for (i = qpn_hash(qp->base.qpn) & c->qp_tab_mask; c->qp_tab[i];
+	     i = (i + 1) & c->qp_tab_mask)
+		;
+	c->qp_tab[i] = qp;
+	c->qp_count++;
+out_unlock:
+	pthread_rwlock_unlock(&c->qp_lock);
+	return ret;
+}
+
+/* Lock must be held (either mode). */
+static struct verbs_qp *qp_map_find(struct verbs_ctx *c, uint32_t qpn)
+{
+	for (uint32_t i = qpn_hash(qpn) & c->qp_tab_mask; c->qp_tab[i];
+	     i = (i + 1) & c->qp_tab_mask)
+		if (c->qp_tab[i]->base.qpn == qpn)
+			return c->qp_tab[i];
+	return NULL;
+}
+
+/* Remove with backward-shift deletion, which keeps every probe run
+ * unbroken without tombstones. */
+static void qp_map_remove(struct verbs_ctx *c, struct verbs_qp *qp)
+{
+	uint32_t m = c->qp_tab_mask, i, j;
+
+	pthread_rwlock_wrlock(&c->qp_lock);
+	for (i = qpn_hash(qp->base.qpn) & m; c->qp_tab[i] && c->qp_tab[i] != qp;
+	     i = (i + 1) & m)
+		;
+	if (!c->qp_tab[i])
+		goto out_unlock;
+	c->qp_tab[i] = NULL;
+	c->qp_count--;
+	for (j = (i + 1) & m; c->qp_tab[j]; j = (j + 1) & m) {
+		uint32_t home = qpn_hash(c->qp_tab[j]->base.qpn) & m;
+
+		/* Move the entry into the hole unless its home lies in
+		 * (i, j] cyclically, where it is still reachable. */
+		if (((j - home) & m) >= ((j - i) & m)) {
+			c->qp_tab[i] = c->qp_tab[j];
+			c->qp_tab[j] = NULL;
+			i = j;
+		}
+	}
+out_unlock:
+	pthread_rwlock_unlock(&c->qp_lock);
+}
+
+void tf_verbs_qp_map_free(struct verbs_ctx *c)
+{
+	tf__free(c->qp_tab);
+	c->qp_tab = NULL;
+}
+
+/* ---------------------------------------------------------------- CQ */
+
+int tf_verbs_cq_create(struct tf_context *ctx, uint32_t depth,
+		       struct tf_cq **cq_p)
+{
+	struct verbs_ctx *c = VERBS_CTX(ctx);
+	struct verbs_cq *cq;
+	int ret, fl;
+
+	if (depth > (uint32_t)c->dattr.orig_attr.max_cqe) {
+		tf_log_debug(VERBS_SUBSYS, "%s: cq depth %u > max_cqe %d",
+			     ctx->device, depth, c->dattr.orig_attr.max_cqe);
+		return -EINVAL;
+	}
+	cq = tf__calloc(1, sizeof(*cq));
+	if (!cq)
+		return -ENOMEM;
+	/* One channel per CQ: tf_cq_fd() is per CQ. */
+	cq->chan = ibv_create_comp_channel(c->ibctx);
+	if (!cq->chan) {
+		ret = tf_verbs_errno(ENOMEM);
+		tf_log_error(VERBS_SUBSYS, "%s: ibv_create_comp_channel: %s",
+			     ctx->device, strerror(-ret));
+		goto err_free;
+	}
+	/* tf_cq_arm drains events without blocking. */
+	fl = fcntl(cq->chan->fd, F_GETFL);
+	if (fl < 0 || fcntl(cq->chan->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		ret = tf_verbs_errno(EIO);
+		tf_log_error(VERBS_SUBSYS, "fcntl(O_NONBLOCK): %m");
+		goto err_chan;
+	}
+	cq->ibcq = ibv_create_cq(c->ibctx, (int)depth, cq, cq->chan, 0);
+	if (!cq->ibcq) {
+		ret = tf_verbs_errno(ENOMEM);
+		tf_log_error(VERBS_SUBSYS, "%s: ibv_create_cq(%u): %s",
+			     ctx->device, depth, strerror(-ret));
+		goto err_chan;
+	}
+	cq->base.depth = depth;
+	*cq_p = &cq->base;
+	return 0;
+
+err_chan:
+	ibv_destroy_comp_channel(cq->chan);
+err_free:
+	tf__free(cq);
+	return ret;
+}
+
+/* Consume and acknowledge the events delivered on the channel. */
+static void cq_drain_events(struct verbs_cq *cq)
+{
+	unsigned n = 0;
+	struct ibv_cq *ev;
+	void *ev_ctx;
+
+	while (!ibv_get_cq_event(cq->chan, &ev, &ev_ctx))
+		n++;
+	if (n)
+		ibv_ack_cq_events(cq->ibcq, n);
+}
+
+int tf_verbs_cq_destroy(struct tf_cq *bcq)
+{
+	struct verbs_cq *cq = VERBS_CQ(bcq);
+	int ret;
+
+	/* ibv_destroy_cq waits for every event it delivered to be acked. */
+	cq_drain_events(cq);
+	ret = ibv_destroy_cq(cq->ibcq);
+	if (ret) {
+		tf_log_warn(VERBS_SUBSYS, "ibv_destroy_cq: %s", strerror(ret));
+		return -ret;
+	}
+	ret = ibv_destroy_comp_channel(cq->chan);
+	if (ret)
+		tf_log_warn(VERBS_SUBSYS, "ibv_destroy_comp_channel: %s",
+			    strerror(ret));
+	tf__free(cq);
+	return 0;
+}
+
+int tf_verbs_cq_fd(struct tf_cq *bcq)
+{
+	return VERBS_CQ(bcq)->chan->fd;
+}
+
+int tf_verbs_cq_arm(struct tf_cq *bcq)
+{
+	struct verbs_cq *cq = VERBS_CQ(bcq);
+	int ret;
+
+	cq_drain_events(cq);
+	ret = ibv_req_notify_cq(cq->ibcq, 0);
+	if (ret) {
+		tf_log_error(VERBS_SUBSYS, "ibv_req_notify_cq: %s",
+			     strerror(ret));
+		return -ret;
+	}
+	return 0;
+}
+
+static enum tf_wc_status map_status(enum ibv_wc_status s)
+{
+	switch (s) {
+	case IBV_WC_SUCCESS:
+		return TF_WC_SUCCESS;
+	case IBV_WC_LOC_LEN_ERR:
+		return TF_WC_LOC_LEN_ERR;
+	case IBV_WC_LOC_QP_OP_ERR:
+	case IBV_WC_LOC_EEC_OP_ERR:
+		return TF_WC_LOC_QP_OP_ERR;
+	case IBV_WC_LOC_PROT_ERR:
+	case IBV_WC_LOC_ACCESS_ERR:
+		return TF_WC_LOC_PROT_ERR;
+	case IBV_WC_WR_FLUSH_ERR:
+		return TF_WC_WR_FLUSH_ERR;
+	case IBV_WC_MW_BIND_ERR:
+		return TF_WC_MW_BIND_ERR;
+	case IBV_WC_REM_INV_REQ_ERR:
+	case IBV_WC_REM_INV_RD_REQ_ERR:
+		return TF_WC_REM_INV_REQ_ERR;
+	case IBV_WC_REM_ACCESS_ERR:
+		return TF_WC_REM_ACCESS_ERR;
+	case IBV_WC_REM_OP_ERR:
+	case IBV_WC_REM_ABORT_ERR:
+		return TF_WC_REM_OP_ERR;
+	case IBV_WC_RETRY_EXC_ERR:
+	case IBV_WC_RESP_TIMEOUT_ERR:
+		return TF_WC_RETRY_EXC_ERR;
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+		return TF_WC_RNR_RETRY_EXC_ERR;
+	case IBV_WC_FATAL_ERR:
+		return TF_WC_FATAL_ERR;
+	default:
+		return TF_WC_GENERAL_ERR;
+	}
+}
+
+static enum tf_wc_opcode send_wc_opcode(uint8_t op)
+{
+	switch (op) {
+	case TF_WR_RDMA_WRITE:
+	case TF_WR_RDMA_WRITE_WITH_IMM:
+		return TF_WC_RDMA_WRITE;
+	case TF_WR_RDMA_READ:
+		return TF_WC_RDMA_READ;
+	case TF_WR_ATOMIC_FETCH_ADD:
+		return TF_WC_FETCH_ADD;
+	case TF_WR_ATOMIC_CMP_SWP:
+		return TF_WC_COMP_SWAP;
+	case TF_WR_BIND_MW:
+		return TF_WC_BIND_MW;
+	case TF_WR_LOCAL_INV:
+		return TF_WC_LOCAL_INV;
+	default:
+		return TF_WC_SEND;
+	}
+}
+
+/* ---------------------------------------------------------------- windows */
+
+/* Lock must be held (ctx->mw_lock). */
+static void mw_unlink(struct verbs_mw *mw)
+{
+	struct verbs_mw **pp;
+
+	if (!mw->bound_qp)
+		return;
+	for (pp = &mw->bound_qp->bound_mws; *pp; pp = &(*pp)->next_bound)
+		if (*pp == mw) {
+			*pp = mw->next_bound;
+			break;
+		}
+	mw->bound_qp = NULL;
+	mw->next_bound = NULL;
+}
+
+void tf_verbs_mw_unbind(struct verbs_ctx *c, struct verbs_mw *mw)
+{
+	pthread_mutex_lock(&c->mw_lock);
+	mw_unlink(mw);
+	pthread_mutex_unlock(&c->mw_lock);
+}
+
+/* A BIND_MW through @qp completed: the window is bound through it. */
+static void mw_bound(struct verbs_qp *qp, struct verbs_mw *mw)
+{
+	pthread_mutex_lock(&qp->ctx->mw_lock);
+	mw_unlink(mw);
+	mw->bound_qp = qp;
+	mw->next_bound = qp->bound_mws;
+	qp->bound_mws = mw;
+	pthread_mutex_unlock(&qp->ctx->mw_lock);
+}
+
+/* @rkey, a window bound through @qp, was invalidated (LOCAL_INV on the
+ * QP or a SEND_WITH_INV received on it). */
+static void mw_invalidated(struct verbs_qp *qp, uint32_t rkey)
+{
+	pthread_mutex_lock(&qp->ctx->mw_lock);
+	for (struct verbs_mw *mw = qp->bound_mws; mw; mw = mw->next_bound)
+		if (mw->ibmw && mw->ibmw->rkey == rkey) {
+			mw_unlink(mw);
+			break;
+		}
+	pthread_mutex_unlock(&qp->ctx->mw_lock);
+}
+
+/*
+ * Invalidate the windows still bound through a QP about to be destroyed.  Verbs has no
+ * verb that unbinds a window without its QP, so each is replaced: the old
+ * one is deallocated (which unbinds it and frees its region) and a fresh,
+ * unbound one takes its place behind the same tf_mw.
+ */
+static void mw_revoke_all(struct verbs_qp *qp)
+{
+	struct verbs_ctx *c = qp->ctx;
+
+	pthread_mutex_lock(&c->mw_lock);
+	while (qp->bound_mws) {
+		struct verbs_mw *mw = qp->bound_mws;
+		int ret;
+
+		mw_unlink(mw);
+		ret = ibv_dealloc_mw(mw->ibmw);
+		if (ret) {
+			tf_log_error(VERBS_SUBSYS,
+				     "qp %u: ibv_dealloc_mw of a bound window: "
+				     "%s",
+				     qp->base.qpn, strerror(ret));
+			continue;
+		}
+		mw->ibmw = ibv_alloc_mw(VERBS_PD(mw->base.pd)->ibpd,
+					IBV_MW_TYPE_2);
+		if (!mw->ibmw) {
+			/* The window stays usable only for tf_mw_dealloc;
+			 * BIND_MW on it fails with -EINVAL. */
+			tf_log_error(VERBS_SUBSYS, "ibv_alloc_mw: %m");
+			mw->base.rkey = 0;
+			continue;
+		}
+		mw->base.rkey = mw->ibmw->rkey;
+	}
+	pthread_mutex_unlock(&c->mw_lock);
+}
+
+/* Account for a send-queue WR that completed successfully. */
+static void swr_done(struct verbs_qp *qp, const struct verbs_swr *e)
+{
+	struct tf_context *ctx = &qp->ctx->base;
+
+	if (e->bytes) {
+		TF_STAT_ADD(&qp->base, bytes_out, e->bytes);
+		TF_STAT_ADD(ctx, bytes_out, e->bytes);
+	}
+	if (e->opcode == TF_WR_BIND_MW) {
+		TF_STAT_ADD(ctx, mw_bind, 1);
+		mw_bound(qp, e->mw);
+	} else if (e->opcode == TF_WR_LOCAL_INV) {
+		TF_STAT_ADD(ctx, mw_inval, 1);
+		mw_invalidated(qp, e->new_rkey);
+	}
+}
+
+/* The QP reached the error state (counted once per QP). */
+static void qp_went_error(struct verbs_qp *qp)
+{
+	if (qp->base.state == TF_QPS_ERR)
+		return;
+	qp->base.state = TF_QPS_ERR;
+	TF_STAT_ADD(&qp->ctx->base, qp_errors, 1);
+}
+
+/* Full sequence number from the low bits carried in a wr_id, knowing that
+ * it lies at or after @tail. */
+static uint64_t seq_expand(uint64_t tail, uint64_t wr_id)
+{
+	return tail +
+	       (((wr_id & VERBS_WRID_SEQ_MASK) - tail) & VERBS_WRID_SEQ_MASK);
+}
+
+/*
+ * Translate one ibv_wc.  Returns false when the completion belongs to no
+ * live QP (destroyed: its work is dropped, as tf_qp_destroy documents).
+ * The QP-map lock must be held in read mode.
+ */
+static bool translate_wc(struct verbs_ctx *c, const struct ibv_wc *iw,
+			 struct tf_wc *wc)
+{
+	struct verbs_qp *qp = qp_map_find(c, iw->qp_num);
+	const struct verbs_swr *e;
+	uint64_t tail, head, seq;
+
+	if (!qp || ((iw->wr_id >> VERBS_WRID_GEN_SHIFT) &
+		    VERBS_WRID_GEN_MASK) != qp->gen)
+		return false;
+	memset(wc, 0, sizeof(*wc));
+	wc->qp = &qp->base;
+	wc->status = map_status(iw->status);
+	wc->vendor_err = iw->vendor_err;
+
+	if (iw->wr_id & VERBS_WRID_RECV) {
+		tail = atomic_load_explicit(&qp->rq_tail, memory_order_relaxed);
+		head = atomic_load_explicit(&qp->rq_head, memory_order_acquire);
+		seq = seq_expand(tail, iw->wr_id);
+		if (seq >= head) {
+			tf_log_error(VERBS_SUBSYS,
+				     "qp %u: receive completion for an "
+				     "unposted WR",
+				     qp->base.qpn);
+			return false;
+		}
+		wc->wr_id = qp->rq[seq & qp->rq_mask];
+		atomic_store_explicit(&qp->rq_tail, seq + 1,
+				      memory_order_release);
+		/* The opcode of an error completion is undefined in verbs. */
+		wc->opcode =
+			iw->status == IBV_WC_SUCCESS &&
+					iw->opcode == IBV_WC_RECV_RDMA_WITH_IMM
+				? TF_WC_RECV_RDMA_WITH_IMM
+				: TF_WC_RECV;
+		if (iw->status == IBV_WC_SUCCESS) {
+			wc->byte_len = iw->byte_len;
+			TF_STAT_ADD(&qp->base, bytes_in, iw->byte_len);
+			if (iw->wc_flags & IBV_WC_WITH_IMM) {
+				wc->flags |= TF_WC_WITH_IMM;
+				wc->imm_data = ntohl(iw->imm_data);
+			}
+			if ((iw->wc_flags & IBV_WC_WITH_INV) ||
+			    (c->rxe_inv_quirk &&
+			     (iw->wc_flags & IBV_WC_IP_CSUM_OK))) {
+				wc->flags |= TF_WC_WITH_INV;
+				wc->invalidated_rkey = iw->invalidated_rkey;
+				TF_STAT_ADD(&c->base, mw_inval, 1);
+				mw_invalidated(qp, iw->invalidated_rkey);
+			}
+		}
+	} else {
+		tail = atomic_load_explicit(&qp->sq_tail, memory_order_relaxed);
+		head = atomic_load_explicit(&qp->sq_head, memory_order_acquire);
+		seq = seq_expand(tail, iw->wr_id);
+		if (seq >= head) {
+			tf_log_error(VERBS_SUBSYS,
+				     "qp %u: send completion for an unposted "
+				     "WR",
+				     qp->base.qpn);
+			return false;
+		}
+		/* Unsignaled WRs before this one completed without a CQE.
+		 * They succeeded unless this is a flush: a device may flush
+		 * without a CQE per WR, so nothing is claimed for them. */
+		for (uint64_t s = tail; s < seq; s++)
+			if (iw->status != IBV_WC_WR_FLUSH_ERR)
+				swr_done(qp, &qp->sq[s & qp->sq_mask]);
+		e = &qp->sq[seq & qp->sq_mask];
+
+		wc->wr_id = e->wr_id;
+		wc->opcode = send_wc_opcode(e->opcode);
+		if (iw->status == IBV_WC_SUCCESS) {
+			swr_done(qp, e);
+			if (e->opcode == TF_WR_RDMA_READ)
+				wc->byte_len = (uint32_t)e->bytes;
+		} else if (e->opcode == TF_WR_BIND_MW) {
+			/* The device kept the old key; libibverbs hands
+			 * ibv_mw->rkey to the next bind as the current key. */
+			e->mw->ibmw->rkey = e->old_rkey;
+		}
+		atomic_store_explicit(&qp->sq_tail, seq + 1,
+				      memory_order_release);
+	}
+	if (iw->status != IBV_WC_SUCCESS) {
+		tf_log_debug(VERBS_SUBSYS, "qp %u: wr %llu: %s (vendor 0x%x)",
+			     qp->base.qpn, (unsigned long long)wc->wr_id,
+			     ibv_wc_status_str(iw->status), iw->vendor_err);
+		qp_went_error(qp);
+	}
+	return true;
+}
+
+int tf_verbs_cq_poll(struct tf_cq *bcq, int n, struct tf_wc *wc)
+{
+	struct verbs_cq *cq = VERBS_CQ(bcq);
+	struct verbs_ctx *c = VERBS_CTX(bcq->ctx);
+	struct ibv_wc iw[VERBS_POLL_BATCH];
+	int got = 0;
+
+	while (got < n) {
+		int want =
+			n - got < VERBS_POLL_BATCH ? n - got : VERBS_POLL_BATCH;
+		int r = ibv_poll_cq(cq->ibcq, want, iw);
+
+		if (r < 0) {
+			tf_log_error(VERBS_SUBSYS, "ibv_poll_cq: %d", r);
+			return got ? got : -EIO;
+		}
+		pthread_rwlock_rdlock(&c->qp_lock);
+		for (int i = 0; i < r; i++)
+			if (translate_wc(c, &iw[i], &wc[got]))
+				got++;
+		pthread_rwlock_unlock(&c->qp_lock);
+		if (r < want)
+			break;
+	}
+	return got;
+}
+
+/* ---------------------------------------------------------------- QP */
+
+static uint32_t pow2_at_least(uint32_t v)
+{
+	uint32_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+/*
+ * Transport retries.  rxe (rxe_comp.c) treats retry_cnt 7 as "retry
+ * forever", like rnr_retry 7, although the IB specification makes only the
+ * RNR count special; 6 is the largest count that ends on every device.
+ */
+#define VERBS_RETRY_CNT 6
+
+/*
+ * Local ACK timeout exponent: one try waits 4.096 us << t.  Spread
+ * @timeout_ms over the initial try and the retries, rounding down, so that
+ * a WR to a dead peer fails with RETRY_EXC within @timeout_ms (and no
+ * sooner than half of it).
+ */
+static uint8_t ack_timeout(uint32_t timeout_ms)
+{
+	uint64_t per_try_ns =
+		(uint64_t)timeout_ms * 1000000ull / (VERBS_RETRY_CNT + 1);
+	uint8_t t = 1;
+
+	while (t < 31 && (4096ull << (t + 1)) <= per_try_ns)
+		t++;
+	return t;
+}
+
+int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
+		       struct tf_qp **qp_p)
+{
+	struct verbs_ctx *c = VERBS_CTX(bpd->ctx);
+	struct ibv_qp_init_attr ia = {
+		.send_cq = VERBS_CQ(attr->send_cq)->ibcq,
+		.recv_cq = VERBS_CQ(attr->recv_cq)->ibcq,
+		.cap = {.max_send_wr = attr->max_send_wr,
+			.max_recv_wr = attr->max_recv_wr,
+			.max_send_sge = attr->max_sge,
+			.max_recv_sge = attr->max_sge,
+			.max_inline_data = attr->max_inline_data},
+		.qp_type = IBV_QPT_RC,
+		.sq_sig_all = 0,
+	};
+	struct ibv_qp_attr ma = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = c->port,
+		.qp_access_flags = tf_verbs_access(attr->access),
+	};
+	struct verbs_qp *qp;
+	uint32_t psn;
+	int ret;
+
+	qp = tf__calloc(1, sizeof(*qp));
+	if (!qp)
+		return -ENOMEM;
+	ia.qp_context = qp;
+	qp->ibqp = ibv_create_qp(VERBS_PD(bpd)->ibpd, &ia);
+	if (!qp->ibqp && errno == EINVAL && ia.cap.max_inline_data) {
+		/* Some devices have no inline sends at all; a QP without
+		 * them beats no QP (TF_CAP_INLINE tells the caller). */
+		tf_log_info(VERBS_SUBSYS,
+			    "%s: QP with %u bytes inline refused, retrying "
+			    "without inline data",
+			    c->base.device, attr->max_inline_data);
+		ia.cap.max_inline_data = 0;
+		qp->ibqp = ibv_create_qp(VERBS_PD(bpd)->ibpd, &ia);
+	}
+	if (!qp->ibqp) {
+		ret = tf_verbs_errno(ENOMEM);
+		tf_log_error(VERBS_SUBSYS,
+			     "%s: ibv_create_qp(wr %u/%u, sge %u, inline %u): "
+			     "%s",
+			     c->base.device, attr->max_send_wr,
+			     attr->max_recv_wr, attr->max_sge,
+			     attr->max_inline_data, strerror(-ret));
+		goto err_free;
+	}
+	qp->ctx = c;
+	qp->base.qpn = qp->ibqp->qp_num;
+	qp->base.max_send_wr = ia.cap.max_send_wr;
+	qp->base.max_recv_wr = ia.cap.max_recv_wr;
+	qp->base.max_sge = attr->max_sge; /* what the post path checks */
+	qp->base.max_inline_data = ia.cap.max_inline_data;
+	qp->base.access = attr->access;
+	qp->base.rnr_retry = attr->rnr_retry;
+	qp->base.timeout_ms = attr->timeout_ms;
+	qp->gen = atomic_fetch_add(&c->qp_gen, 1) & VERBS_WRID_GEN_MASK;
+	ret = tf__random(&psn, sizeof(psn));
+	if (ret)
+		goto err_destroy;
+	qp->psn = psn & 0xffffff;
+
+	qp->sq_max = ia.cap.max_send_wr;
+	qp->sq_mask = pow2_at_least(qp->sq_max) - 1;
+	qp->sq = tf__calloc(qp->sq_mask + 1, sizeof(*qp->sq));
+	qp->rq_max = ia.cap.max_recv_wr;
+	qp->rq_mask = pow2_at_least(qp->rq_max) - 1;
+	qp->rq = tf__calloc(qp->rq_mask + 1, sizeof(*qp->rq));
+	if (!qp->sq || !qp->rq) {
+		ret = -ENOMEM;
+		goto err_rings;
+	}
+
+	ret = ibv_modify_qp(qp->ibqp, &ma,
+			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				    IBV_QP_ACCESS_FLAGS);
+	if (ret) {
+		tf_log_error(VERBS_SUBSYS, "qp %u: modify to INIT: %s",
+			     qp->base.qpn, strerror(ret));
+		ret = -ret;
+		goto err_rings;
+	}
+	qp->base.state = TF_QPS_INIT;
+	ret = qp_map_insert(c, qp);
+	if (ret)
+		goto err_rings;
+	*qp_p = &qp->base;
+	return 0;
+
+err_rings:
+	tf__free(qp->sq);
+	tf__free(qp->rq);
+err_destroy:
+	ibv_destroy_qp(qp->ibqp);
+err_free:
+	tf__free(qp);
+	return ret;
+}
+
+int tf_verbs_qp_destroy(struct tf_qp *bqp)
+{
+	struct verbs_qp *qp = VERBS_QP(bqp);
+	int ret;
+
+	/* Windows first: a type-2 window holds a reference on its QP, and
+	 * rxe's destroy waits (tens of seconds) for it to go away, then
+	 * leaves the window bound anyway. */
+	mw_revoke_all(qp);
+	ret = ibv_destroy_qp(qp->ibqp);
+	if (ret) {
+		tf_log_warn(VERBS_SUBSYS, "qp %u: ibv_destroy_qp: %s",
+			    qp->base.qpn, strerror(ret));
+		return -ret;
+	}
+	/* Completions still queued for the QP are dropped by the poller
+	 * once the QP is out of the map. */
+	qp_map_remove(qp->ctx, qp);
+	tf__free(qp->sq);
+	tf__free(qp->rq);
+	tf__free(qp);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- blob */
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)(v >> 8);
+	p[1] = (uint8_t)v;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	put16(p, (uint16_t)(v >> 16));
+	put16(p + 2, (uint16_t)v);
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)get16(p) << 16 | get16(p + 2);
+}
+
+/*
+ * Blob layout (VERBS_ADDR_LEN bytes, big-endian):
+ *    0 magic "TFVB"   4 version   5 link layer   6 length (u16)
+ *    8 QPN            12 PSN      16 GID (16 bytes)
+ *   32 LID (u16)      34 MTU in bytes (u16)       36 port   37 zero[3]
+ * The magic comes first so that a blob of another provider is told apart
+ * (-TF_EPEER) before its version is looked at.
+ */
+int tf_verbs_qp_get_addr(struct tf_qp *bqp, void *buf, size_t *len_p)
+{
+	struct verbs_qp *qp = VERBS_QP(bqp);
+	struct verbs_ctx *c = qp->ctx;
+	uint8_t *p = buf;
+
+	if (*len_p < VERBS_ADDR_LEN)
+		return -ENOSPC;
+	memset(p, 0, VERBS_ADDR_LEN);
+	put32(p, VERBS_ADDR_MAGIC);
+	p[4] = VERBS_ADDR_VERSION;
+	p[5] = c->link_layer;
+	put16(p + 6, VERBS_ADDR_LEN);
+	put32(p + 8, qp->base.qpn);
+	put32(p + 12, qp->psn);
+	memcpy(p + 16, c->gid.raw, 16);
+	put16(p + 32, c->pattr.lid);
+	put16(p + 34, (uint16_t)(128 << c->mtu));
+	p[36] = c->port;
+	*len_p = VERBS_ADDR_LEN;
+	return 0;
+}
+
+struct verbs_peer {
+	uint32_t qpn, psn;
+	union ibv_gid gid;
+	uint16_t lid;
+	enum ibv_mtu mtu;
+};
+
+static int decode_addr(const struct verbs_ctx *c, const uint8_t *p, size_t len,
+		       struct verbs_peer *peer)
+{
+	static const uint8_t zero[16];
+	uint16_t mtu_bytes;
+
+	if (len < 8)
+		return -TF_EWIRE;
+	if (get32(p) != VERBS_ADDR_MAGIC)
+		return -TF_EPEER;
+	if (p[4] != VERBS_ADDR_VERSION)
+		return -TF_EVERSION;
+	if (get16(p + 6) != VERBS_ADDR_LEN || len != VERBS_ADDR_LEN)
+		return -TF_EWIRE;
+	if (p[5] != VERBS_LL_IB && p[5] != VERBS_LL_ETH)
+		return -TF_EWIRE;
+	peer->qpn = get32(p + 8);
+	peer->psn = get32(p + 12);
+	memcpy(peer->gid.raw, p + 16, 16);
+	peer->lid = get16(p + 32);
+	mtu_bytes = get16(p + 34);
+	if (peer->qpn > 0xffffff || peer->qpn < 2 || peer->psn > 0xffffff ||
+	    !p[36] || p[37] || p[38] || p[39])
+		return -TF_EWIRE;
+	if (tf_verbs_mtu_from_bytes(mtu_bytes, &peer->mtu))
+		return -TF_EWIRE;
+	/* Reachability: the same link layer, and something to route to. */
+	if (p[5] != c->link_layer)
+		return -TF_EPEER;
+	if (c->link_layer == VERBS_LL_ETH && !memcmp(peer->gid.raw, zero, 16))
+		return -TF_EPEER;
+	if (c->link_layer == VERBS_LL_IB && !peer->lid)
+		return -TF_EPEER;
+	return 0;
+}
+
+int tf_verbs_qp_connect(struct tf_qp *bqp, const void *addr, size_t len)
+{
+	struct verbs_qp *qp = VERBS_QP(bqp);
+	struct verbs_ctx *c = qp->ctx;
+	const struct ibv_device_attr *da = &c->dattr.orig_attr;
+	struct verbs_peer peer;
+	struct ibv_qp_attr a;
+	int ret;
+
+	if (qp->base.state == TF_QPS_RTS)
+		return -EISCONN;
+	if (qp->base.state != TF_QPS_INIT)
+		return -EINVAL;
+	ret = decode_addr(c, addr, len, &peer);
+	if (ret) {
+		tf_log_debug(VERBS_SUBSYS, "qp %u: peer address rejected: %s",
+			     qp->base.qpn, tf_strerror(ret));
+		return ret;
+	}
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = peer.mtu < c->mtu ? peer.mtu : c->mtu;
+	a.dest_qp_num = peer.qpn;
+	a.rq_psn = peer.psn;
+	a.max_dest_rd_atomic =
+		(uint8_t)(da->max_qp_rd_atom < 16 ? da->max_qp_rd_atom : 16);
+	/* 0.64 ms: the shortest delay a receiver asks for after an RNR NAK
+	 * that still gives a polling peer time to post receives. */
+	a.min_rnr_timer = 12;
+	a.ah_attr.port_num = c->port;
+	a.ah_attr.dlid = peer.lid;
+	if (c->link_layer == VERBS_LL_ETH) {
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.dgid = peer.gid;
+		a.ah_attr.grh.sgid_index = (uint8_t)c->gid_index;
+		a.ah_attr.grh.hop_limit = 64;
+	}
+	ret = ibv_modify_qp(qp->ibqp, &a,
+			    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				    IBV_QP_MAX_DEST_RD_ATOMIC |
+				    IBV_QP_MIN_RNR_TIMER);
+	if (ret) {
+		/* A well-formed blob the device cannot use: an address it
+		 * cannot resolve (rxe: ETIMEDOUT from the neighbour lookup)
+		 * or attributes it refuses.  The peer is unreachable. */
+		bool unreachable = ret == EINVAL || ret == ETIMEDOUT ||
+				   ret == EHOSTUNREACH || ret == ENETUNREACH ||
+				   ret == EADDRNOTAVAIL || ret == ENODATA;
+
+		if (unreachable)
+			tf_log_info(VERBS_SUBSYS,
+				    "qp %u: peer qp %u unreachable (modify to "
+				    "RTR: %s)",
+				    qp->base.qpn, peer.qpn, strerror(ret));
+		else
+			tf_log_error(VERBS_SUBSYS,
+				     "qp %u: modify to RTR (peer qp %u): %s",
+				     qp->base.qpn, peer.qpn, strerror(ret));
+		return unreachable ? -TF_EPEER : -ret;
+	}
+	qp->base.state = TF_QPS_RTR;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = ack_timeout(qp->base.timeout_ms);
+	a.retry_cnt = VERBS_RETRY_CNT;
+	a.rnr_retry = qp->base.rnr_retry;
+	a.sq_psn = qp->psn;
+	a.max_rd_atomic =
+		(uint8_t)(da->max_qp_init_rd_atom < 16 ? da->max_qp_init_rd_atom
+						       : 16);
+	ret = ibv_modify_qp(qp->ibqp, &a,
+			    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				    IBV_QP_MAX_QP_RD_ATOMIC);
+	if (ret) {
+		tf_log_error(VERBS_SUBSYS, "qp %u: modify to RTS: %s",
+			     qp->base.qpn, strerror(ret));
+		return -ret;
+	}
+	qp->base.state = TF_QPS_RTS;
+	return 0;
+}
+
+int tf_verbs_qp_set_error(struct tf_qp *bqp)
+{
+	struct verbs_qp *qp = VERBS_QP(bqp);
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+	int ret;
+
+	ret = ibv_modify_qp(qp->ibqp, &a, IBV_QP_STATE);
+	if (ret) {
+		tf_log_error(VERBS_SUBSYS, "qp %u: modify to ERR: %s",
+			     qp->base.qpn, strerror(ret));
+		return -ret;
+	}
+	qp_went_error(qp);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- post */
+
+static uint64_t make_wrid(const struct verbs_qp *qp, uint64_t seq, bool recv)
+{
+	return (recv ? VERBS_WRID_RECV : 0) |
+	       (uint64_t)qp->gen << VERBS_WRID_GEN_SHIFT |
+	       (seq & VERBS_WRID_SEQ_MASK);
+}
+
+/* A new key for a window: the same index (upper 24 bits), new random low
+ * 8 bits that differ from the current ones, so that a key revoked by
+ * LOCAL_INV or SEND_WITH_INV does not come back on the next bind. */
+static uint32_t next_mw_rkey(uint32_t cur)
+{
+	uint8_t r;
+
+	do {
+		if (tf__random(&r, 1))
+			r = (uint8_t)(cur + 1);
+	} while (r == (uint8_t)cur);
+	return (cur & ~0xffu) | r;
+}
+
+/*
+ * Translate @wr into @iw and record it in @e.  Checks what verbs leaves to
+ * the device or leaves undefined, so that a malformed request fails here
+ * with -EINVAL, and an operation the device lacks with -EOPNOTSUPP.
+ */
+static int xlate_send(struct verbs_qp *qp, const struct tf_send_wr *wr,
+		      struct ibv_send_wr *iw, struct verbs_swr *e)
+{
+	uint64_t caps = qp->ctx->cap_flags;
+	uint64_t bytes = 0;
+
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->base.max_sge ||
+	    (wr->num_sge && !wr->sg_list) ||
+	    (wr->send_flags &
+	     ~(unsigned)(TF_SEND_SIGNALED | TF_SEND_INLINE | TF_SEND_FENCE)))
+		return -EINVAL;
+	for (int i = 0; i < wr->num_sge; i++)
+		bytes += wr->sg_list[i].length;
+	if (bytes > qp->ctx->pattr.max_msg_sz)
+		return -EINVAL;
+	if ((wr->send_flags & TF_SEND_INLINE) &&
+	    bytes > qp->base.max_inline_data)
+		return -EINVAL;
+
+	memset(iw, 0, sizeof(*iw));
+	iw->sg_list = (struct ibv_sge *)wr->sg_list;
+	iw->num_sge = wr->num_sge;
+	if (wr->send_flags & TF_SEND_SIGNALED)
+		iw->send_flags |= IBV_SEND_SIGNALED;
+	if (wr->send_flags & TF_SEND_FENCE)
+		iw->send_flags |= IBV_SEND_FENCE;
+	if (wr->send_flags & TF_SEND_INLINE)
+		iw->send_flags |= IBV_SEND_INLINE;
+
+	e->wr_id = wr->wr_id;
+	e->bytes = bytes;
+	e->mw = NULL;
+	e->opcode = (uint8_t)wr->opcode;
+	e->signaled = !!(wr->send_flags & TF_SEND_SIGNALED);
+
+	switch (wr->opcode) {
+	case TF_WR_SEND:
+		iw->opcode = IBV_WR_SEND;
+		break;
+	case TF_WR_SEND_WITH_IMM:
+		iw->opcode = IBV_WR_SEND_WITH_IMM;
+		iw->imm_data = htonl(wr->imm_data);
+		break;
+	case TF_WR_SEND_WITH_INV:
+		if (!(caps & TF_CAP_SEND_WITH_INV))
+			return -EOPNOTSUPP;
+		iw->opcode = IBV_WR_SEND_WITH_INV;
+		iw->invalidate_rkey = wr->invalidate_rkey;
+		break;
+	case TF_WR_RDMA_WRITE:
+	case TF_WR_RDMA_WRITE_WITH_IMM:
+		iw->opcode = wr->opcode == TF_WR_RDMA_WRITE
+				     ? IBV_WR_RDMA_WRITE
+				     : IBV_WR_RDMA_WRITE_WITH_IMM;
+		if (wr->opcode == TF_WR_RDMA_WRITE_WITH_IMM)
+			iw->imm_data = htonl(wr->imm_data);
+		iw->wr.rdma.remote_addr = wr->wr.rdma.remote_addr;
+		iw->wr.rdma.rkey = wr->wr.rdma.rkey;
+		break;
+	case TF_WR_RDMA_READ:
+		if (wr->send_flags & TF_SEND_INLINE)
+			return -EINVAL;
+		iw->opcode = IBV_WR_RDMA_READ;
+		iw->wr.rdma.remote_addr = wr->wr.rdma.remote_addr;
+		iw->wr.rdma.rkey = wr->wr.rdma.rkey;
+		break;
+	case TF_WR_ATOMIC_FETCH_ADD:
+	case TF_WR_ATOMIC_CMP_SWP:
+		if (!(caps & TF_CAP_ATOMIC))
+			return -EOPNOTSUPP;
+		/* One 8-byte local buffer receives the old value. */
+		if ((wr->wr.atomic.remote_addr & 7) || wr->num_sge != 1 ||
+		    bytes != 8 || (wr->send_flags & TF_SEND_INLINE))
+			return -EINVAL;
+		iw->opcode = wr->opcode == TF_WR_ATOMIC_FETCH_ADD
+				     ? IBV_WR_ATOMIC_FETCH_AND_ADD
+				     : IBV_WR_ATOMIC_CMP_AND_SWP;
+		iw->wr.atomic.remote_addr = wr->wr.atomic.remote_addr;
+		iw->wr.atomic.rkey = wr->wr.atomic.rkey;
+		iw->wr.atomic.compare_add = wr->wr.atomic.compare_add;
+		iw->wr.atomic.swap = wr->wr.atomic.swap;
+		break;
+	case TF_WR_BIND_MW: {
+		struct verbs_mw *mw = VERBS_MW(wr->wr.bind_mw.mw);
+
+		if (!(caps & TF_CAP_MW_TYPE2))
+			return -EOPNOTSUPP;
+		if (!mw || !mw->ibmw || !wr->wr.bind_mw.mr ||
+		    (wr->wr.bind_mw.access &
+		     ~(unsigned)(TF_ACCESS_REMOTE_READ |
+				 TF_ACCESS_REMOTE_WRITE |
+				 TF_ACCESS_REMOTE_ATOMIC)))
+			return -EINVAL;
+		iw->opcode = IBV_WR_BIND_MW;
+		iw->sg_list = NULL;
+		iw->num_sge = 0;
+		iw->send_flags &= ~(unsigned)IBV_SEND_INLINE;
+		e->bytes = 0;
+		e->mw = mw;
+		e->old_rkey = mw->ibmw->rkey;
+		e->new_rkey = next_mw_rkey(e->old_rkey);
+		iw->bind_mw.mw = mw->ibmw;
+		iw->bind_mw.rkey = e->new_rkey;
+		iw->bind_mw.bind_info.mr = VERBS_MR(wr->wr.bind_mw.mr)->ibmr;
+		iw->bind_mw.bind_info.addr = wr->wr.bind_mw.addr;
+		iw->bind_mw.bind_info.length = wr->wr.bind_mw.length;
+		iw->bind_mw.bind_info.mw_access_flags =
+			(unsigned)tf_verbs_access(wr->wr.bind_mw.access);
+		break;
+	}
+	case TF_WR_LOCAL_INV:
+		if (!(caps & TF_CAP_SEND_WITH_INV))
+			return -EOPNOTSUPP;
+		iw->opcode = IBV_WR_LOCAL_INV;
+		iw->sg_list = NULL;
+		iw->num_sge = 0;
+		iw->send_flags &= ~(unsigned)IBV_SEND_INLINE;
+		iw->invalidate_rkey = wr->invalidate_rkey;
+		e->bytes = 0;
+		e->new_rkey = wr->invalidate_rkey;
+		break;
+	default:
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* The first @n translated WRs were accepted by the device: publish them
+ * to the poller and give bound windows their new keys. */
+static void commit_send(struct verbs_qp *qp, uint64_t head, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct verbs_swr *e =
+			&qp->sq[(head + (uint64_t)i) & qp->sq_mask];
+
+		if (e->opcode == TF_WR_BIND_MW) {
+			/* libibverbs passes ibv_mw->rkey to the device as
+			 * the window's current key on the next bind. */
+			e->mw->ibmw->rkey = e->new_rkey;
+			e->mw->base.rkey = e->new_rkey;
+		}
+	}
+	atomic_store_explicit(&qp->sq_head, head + (uint64_t)n,
+			      memory_order_release);
+}
+
+int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
+		       struct tf_send_wr **bad_wr_p)
+{
+	struct verbs_qp *qp = VERBS_QP(bqp);
+	struct ibv_send_wr iw[VERBS_POST_BATCH], *ibad;
+	struct tf_send_wr *src[VERBS_POST_BATCH];
+	int ret = 0;
+
+	/* Verbs refuses sends before RTS with EINVAL; say what it means.
+	 * In the error state work is accepted and flushed, as in verbs. */
+	if (qp->base.state != TF_QPS_RTS && qp->base.state != TF_QPS_ERR) {
+		*bad_wr_p = wr;
+		return -ENOTCONN;
+	}
+	while (wr) {
+		uint64_t head = atomic_load_explicit(&qp->sq_head,
+						     memory_order_relaxed);
+		uint64_t tail = atomic_load_explicit(&qp->sq_tail,
+						     memory_order_acquire);
+		int n = 0, r;
+
+		for (; wr && n < VERBS_POST_BATCH; wr = wr->next, n++) {
+			uint64_t seq = head + (uint64_t)n;
+
+			if (seq - tail >= qp->sq_max) {
+				ret = -ENOMEM;
+				break;
+			}
+			ret = xlate_send(qp, wr, &iw[n],
+					 &qp->sq[seq & qp->sq_mask]);
+			if (ret)
+				break;
+			iw[n].wr_id = make_wrid(qp, seq, false);
+			iw[n].next = NULL;
+			if (n)
+				iw[n - 1].next = &iw[n];
+			src[n] = wr;
+		}
+		if (n) {
+			r = ibv_post_send(qp->ibqp, iw, &ibad);
+			if (r) {
+				int k = (int)(ibad - iw);
+
+				tf_log_debug(VERBS_SUBSYS,
+					     "qp %u: ibv_post_send: %s",
+					     qp->base.qpn, strerror(r));
+				commit_send(qp, head, k);
+				*bad_wr_p = src[k];
+				return -r;
+			}
+			commit_send(qp, head, n);
+		}
+		if (ret) {
+			tf_log_debug(VERBS_SUBSYS, "qp %u: send WR refused: %s",
+				     qp->base.qpn, tf_strerror(ret));
+			*bad_wr_p = wr;
+			return ret;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Receives posted in the error state must complete with FLUSH_ERR.  rxe
+ * (6.1) flushes the receive queue only when its responder task runs, which
+ * posting a receive does not trigger; moving the QP to the error state
+ * again (allowed from any state) runs it.
+ */
+static void kick_flush(struct verbs_qp *qp)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+	int ret = ibv_modify_qp(qp->ibqp, &a, IBV_QP_STATE);
+
+	if (ret)
+		tf_log_debug(VERBS_SUBSYS, "qp %u: modify to ERR: %s",
+			     qp->base.qpn, strerror(ret));
+}
+
+int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
+		       struct tf_recv_wr **bad_wr_p)
+{
+	struct verbs_qp *qp = VERBS_QP(bqp);
+	struct ibv_recv_wr iw[VERBS_POST_BATCH], *ibad;
+	struct tf_recv_wr *src[VERBS_POST_BATCH];
+	int ret = 0;
+
+	while (wr) {
+		uint64_t head = atomic_load_explicit(&qp->rq_head,
+						     memory_order_relaxed);
+		uint64_t tail = atomic_load_explicit(&qp->rq_tail,
+						     memory_order_acquire);
+		int n = 0, r;
+
+		for (; wr && n < VERBS_POST_BATCH; wr = wr->next, n++) {
+			uint64_t seq = head + (uint64_t)n;
+
+			if (seq - tail >= qp->rq_max) {
+				ret = -ENOMEM;
+				break;
+			}
+			if (wr->num_sge < 0 ||
+			    (uint32_t)wr->num_sge > qp->base.max_sge ||
+			    (wr->num_sge && !wr->sg_list)) {
+				ret = -EINVAL;
+				break;
+			}
+			qp->rq[seq & qp->rq_mask] = wr->wr_id;
+			iw[n].wr_id = make_wrid(qp, seq, true);
+			iw[n].sg_list = (struct ibv_sge *)wr->sg_list;
+			iw[n].num_sge = wr->num_sge;
+			iw[n].next = NULL;
+			if (n)
+				iw[n - 1].next = &iw[n];
+			src[n] = wr;
+		}
+		if (n) {
+			r = ibv_post_recv(qp->ibqp, iw, &ibad);
+			if (r) {
+				int k = (int)(ibad - iw);
+
+				tf_log_debug(VERBS_SUBSYS,
+					     "qp %u: ibv_post_recv: %s",
+					     qp->base.qpn, strerror(r));
+				atomic_store_explicit(&qp->rq_head,
+						      head + (uint64_t)k,
+						      memory_order_release);
+				*bad_wr_p = src[k];
+				return -r;
+			}
+			atomic_store_explicit(&qp->rq_head, head + (uint64_t)n,
+					      memory_order_release);
+		}
+		if (ret) {
+			*bad_wr_p = wr;
+			return ret;
+		}
+	}
+	if (qp->base.state == TF_QPS_ERR)
+		kick_flush(qp);
+	return 0;
+}

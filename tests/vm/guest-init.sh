@@ -1,0 +1,141 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# /init of the tollfree test guest (see tests/vm/run.sh).
+#
+# Loads Soft-RoCE (rdma_rxe), builds two topologies and runs every test
+# binary listed in /tf/tests with TOLLFREE_PROVIDER=verbs in each:
+#   loop  rxe0 on a dummy netdev; both sides of a test use rxe0
+#   veth  rxe1 and rxe2 on the two ends of a veth pair, with policy routing
+#         so that the traffic really crosses the veth "wire"
+# Output protocol on the console (parsed by run.sh), one record a line:
+#   @@TEST <topo> <test> <rc> <seconds>   after a test, followed by its
+#                                         output between @@OUT/@@END lines
+#   @@MARK <uptime> <what>                progress marks
+#   @@DONE                                everything ran
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+# Debian's busybox-static runs its own applets before $PATH (and its "ip"
+# has no veth support): iproute2 is called by its full path.
+IP=/usr/sbin/ip
+
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /tmp /run
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /tmp
+up() { cut -d' ' -f1 /proc/uptime; }
+mark() { echo "@@MARK $(up) $*"; }
+finish() { mark "$1"; echo "@@DONE"; sync; poweroff -f; }
+mark INIT_START "kernel=$(uname -r)"
+
+# shellcheck disable=SC1091 # written by run.sh
+. /tf/config # TEST_TIMEOUT, BENCH, WRAP, TOPOS, exported test settings
+
+# Modules in dependency order (computed on the host by modprobe).
+while read -r ko args; do
+	[ -n "$ko" ] || continue
+	# shellcheck disable=SC2086 # module parameters are separate words
+	insmod "$ko" $args 2>&1 | grep -v 'File exists'
+done </etc/modules.order
+mark MODULES_LOADED
+
+# The GID table fills asynchronously after "rdma link add"; wait for the
+# IPv4-mapped RoCE v2 entry that TOLLFREE_VERBS_GID_INDEX=auto picks.
+wait_gid() {
+	i=0
+	while [ $i -lt 100 ]; do
+		for g in "/sys/class/infiniband/$1"/ports/1/gids/*; do
+			case "$(cat "$g" 2>/dev/null)" in
+			0000:0000:0000:0000:0000:ffff:*) return 0 ;;
+			esac
+		done
+		sleep 0.1
+		i=$((i + 1))
+	done
+	echo "no IPv4 GID on $1"
+	return 1
+}
+
+$IP link set lo up
+$IP link add dummy0 type dummy
+$IP link set dummy0 mtu 4200 # lets rxe use a 4096 MTU
+$IP addr add 10.11.12.1/24 dev dummy0
+$IP link set dummy0 up
+rdma link add rxe0 type rxe netdev dummy0 || finish RXE_FAILED
+wait_gid rxe0 || finish GID_FAILED
+
+# Second topology: two devices on the two ends of a veth pair.  Locally
+# generated packets for the peer address would go through lo; rules at
+# preference 10/11 send them to tables 100/101 (the veth devices) before
+# the local table is consulted, and accept_local lets the receiver take
+# packets whose source is one of its own addresses.
+$IP link add veth0 type veth peer name veth1
+$IP link set veth0 mtu 4200
+$IP link set veth1 mtu 4200
+$IP addr add 10.20.0.1/24 dev veth0
+$IP addr add 10.20.0.2/24 dev veth1
+$IP link set veth0 up
+$IP link set veth1 up
+for k in all default veth0 veth1; do
+	echo 1 >/proc/sys/net/ipv4/conf/$k/accept_local
+	echo 0 >/proc/sys/net/ipv4/conf/$k/rp_filter
+done
+$IP rule add pref 10 iif lo to 10.20.0.2 lookup 100
+$IP rule add pref 11 iif lo to 10.20.0.1 lookup 101
+$IP route add 10.20.0.2 dev veth0 src 10.20.0.1 table 100
+$IP route add 10.20.0.1 dev veth1 src 10.20.0.2 table 101
+$IP rule add pref 20 lookup local
+$IP rule del pref 0 lookup local
+rdma link add rxe1 type rxe netdev veth0 || finish RXE_FAILED
+rdma link add rxe2 type rxe netdev veth1 || finish RXE_FAILED
+if ! wait_gid rxe1 || ! wait_gid rxe2; then finish GID_FAILED; fi
+mark NET_UP
+rdma link show
+
+export TOLLFREE_PROVIDER=verbs
+export TOLLFREE_VERBS_GID_INDEX=auto
+
+veth_packets() { $IP -s link show veth0 | awk 'NR==4{print $2}'; }
+
+# run_topo NAME DEV_A DEV_B
+run_topo() {
+	topo=$1
+	export TOLLFREE_DEVICE="$2" TOLLFREE_TEST_PEER_DEVICE="$3"
+	mark "TOPO $topo $2 $3"
+	# shellcheck disable=SC2013 # one test name a line, no blanks
+	for t in $(cat /tf/tests); do
+		t0=$(up)
+		# shellcheck disable=SC2086 # WRAP is a command line
+		timeout "$TEST_TIMEOUT" $WRAP "/tf/bin/$t" >/tmp/out 2>&1 </dev/null
+		rc=$?
+		echo "@@TEST $topo $t $rc $(awk "BEGIN{print $(up)-$t0}")"
+		echo "@@OUT"
+		cat /tmp/out
+		if [ -f /tmp/wrap.out ]; then
+			grep -v -e "poll" -e clock_gettime /tmp/wrap.out | tail -n 100
+			rm -f /tmp/wrap.out
+		fi
+		echo "@@END"
+	done
+}
+
+for topo in $TOPOS; do
+	P0=$(veth_packets)
+	case $topo in
+	loop) run_topo loop rxe0 rxe0 ;;
+	veth) run_topo veth rxe1 rxe2 ;;
+	esac
+	# Proof that the two-device runs used the veth wire, not lo.
+	echo "@@VETH $topo=$(($(veth_packets) - P0))"
+done
+
+if [ "$BENCH" = 1 ]; then
+	mark "BENCH reg"
+	echo "@@BENCH_BEGIN"
+	# Few iterations: under TCG the rows only compare operations with
+	# each other, and the guest run should stay short.
+	TOLLFREE_DEVICE=rxe0 timeout 300 /tf/bin/tollfree-bench reg -n 100 -w 5 2>&1
+	echo "@@BENCH_END rc=$?"
+fi
+dmesg | grep -iE 'rxe|rdma|infiniband' | tail -20
+finish ALL_DONE

@@ -1,0 +1,291 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# run.sh - run tollfree's conformance tests on real kernel Soft-RoCE
+# (rdma_rxe) inside a qemu guest running Debian 12's stock 6.1 kernel.
+#
+# Usage: tests/vm/run.sh BUILD_DIR
+#
+# BUILD_DIR is a cmake build directory configured with the verbs provider.
+# Every BUILD_DIR/tests/conf_* executable (plus verbs_smoke) runs in the
+# guest with TOLLFREE_PROVIDER=verbs, once on one rxe device (loopback) and
+# once on two rxe devices across a veth pair; BUILD_DIR/tools/tollfree-bench
+# "reg" runs too when it was built.
+#
+# Nothing is installed into /boot: the kernel package is fetched with
+# `apt-get download`, unpacked and cached (once per machine) in
+#   TOLLFREE_VM_CACHE   default ~/.cache/tollfree-vm
+# The initramfs, the full console log and the summary go to
+#   TOLLFREE_VM_WORK    default BUILD_DIR/vm
+# Other knobs: TOLLFREE_VM_TEST_TIMEOUT (per test in the guest, s; 120),
+# TOLLFREE_VM_TIMEOUT (whole guest, s; 900), TOLLFREE_VM_TESTS (space
+# separated test names instead of all), TOLLFREE_VM_KPKG (kernel package),
+# TOLLFREE_VM_MEM (2G), TOLLFREE_VM_SMP (2), TOLLFREE_VM_ENV (space
+# separated VAR=value settings for the tests, e.g. TOLLFREE_LOG_LEVEL=debug),
+# TOLLFREE_VM_WRAP (a command each test runs under, e.g.
+# "strace -f -o /tmp/wrap.out"; its program is copied into the guest, and
+# the last lines of /tmp/wrap.out join the test's output), TOLLFREE_VM_TOPOS ("loop veth").
+#
+# KVM is not used: the build machines' /dev/kvm is a PVM hypervisor that
+# stock kernels cannot run under.  The guest runs under TCG, where timings
+# only compare operations with each other.
+#
+# Exit status: 0 when every test passed or skipped, 1 when a test failed,
+# 2 when the guest did not finish, 3 on a setup error.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+log() { echo "[vm $(date +%T)] $*"; }
+die() {
+	echo "vm: $*" >&2
+	exit 3
+}
+
+[ $# -eq 1 ] || die "usage: $0 BUILD_DIR"
+BUILD=$(cd "$1" && pwd) || die "no build directory $1"
+CACHE=${TOLLFREE_VM_CACHE:-${HOME:-/root}/.cache/tollfree-vm}
+W=${TOLLFREE_VM_WORK:-$BUILD/vm}
+TEST_TIMEOUT=${TOLLFREE_VM_TEST_TIMEOUT:-120}
+GUEST_TIMEOUT=${TOLLFREE_VM_TIMEOUT:-900}
+MEM=${TOLLFREE_VM_MEM:-2G}
+SMP=${TOLLFREE_VM_SMP:-2}
+T_START=$(date +%s)
+mkdir -p "$CACHE" "$W"
+
+# ------------------------------------------------------------- packages
+PKGS="qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-providers
+      iproute2 xz-utils"
+MISSING=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
+		MISSING="$MISSING $p"
+done
+if [ -n "$MISSING" ]; then
+	log "installing:$MISSING"
+	[ "$(id -u)" = 0 ] || die "need root to install$MISSING"
+	apt-get update -qq
+	# shellcheck disable=SC2086 # one word per package
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends $MISSING >/dev/null
+fi
+
+# ------------------------------------------------------------- kernel
+# The package name is remembered in the cache, so that later runs work
+# without consulting apt (and keep using the kernel they were tested on).
+KPKG=${TOLLFREE_VM_KPKG:-$(cat "$CACHE/kpkg" 2>/dev/null || true)}
+if [ -z "$KPKG" ]; then
+	KPKG=$(apt-cache search --names-only \
+		'^linux-image-6\.1\.0-[0-9]+-amd64-unsigned$' |
+		awk '{print $1}' | sort -V | tail -1)
+	[ -n "$KPKG" ] || die "no linux-image-6.1.0-*-amd64-unsigned in apt"
+fi
+KV=${KPKG#linux-image-}
+KV=${KV%-unsigned}
+K="$CACHE/$KPKG"
+if [ ! -f "$K/done" ]; then
+	log "fetching kernel package $KPKG (once per machine)"
+	rm -rf "$K" "$CACHE/debs"
+	mkdir -p "$CACHE/debs"
+	(cd "$CACHE/debs" &&
+		apt-get -qq -o APT::Sandbox::User=root download "$KPKG") ||
+		die "apt-get download $KPKG failed"
+	mkdir -p "$K"
+	dpkg-deb -x "$CACHE"/debs/"${KPKG}"_*.deb "$K/root"
+	rm -rf "$CACHE/debs"
+	# dpkg-deb -x does not run depmod.
+	depmod -b "$K/root" "$KV"
+	grep -q '^CONFIG_PVH=y' "$K/root/boot/config-$KV" ||
+		die "$KPKG has no PVH entry"
+	# vmlinuz = real-mode setup + decompressor + xz payload.  Booting the
+	# uncompressed vmlinux through its PVH entry saves seconds under TCG.
+	# (pipefail off: head and xz stop early and their writers get SIGPIPE.)
+	OFF=$(
+		set +o pipefail
+		LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$K/root/boot/vmlinuz-$KV" |
+			head -1 | cut -d: -f1
+	)
+	(
+		set +o pipefail
+		tail -c +$((OFF + 1)) "$K/root/boot/vmlinuz-$KV" |
+			xz -dc --single-stream >"$K/vmlinux"
+	)
+	[ -s "$K/vmlinux" ] || die "vmlinux extraction failed"
+	echo "$KPKG" >"$CACHE/kpkg"
+	touch "$K/done"
+fi
+KROOT="$K/root"
+
+# ------------------------------------------------------------- initramfs
+TESTS=${TOLLFREE_VM_TESTS:-}
+if [ -z "$TESTS" ]; then
+	for f in "$BUILD"/tests/conf_* "$BUILD"/tests/verbs_smoke; do
+		[ -f "$f" ] && [ -x "$f" ] && TESTS="$TESTS $(basename "$f")"
+	done
+fi
+[ -n "$TESTS" ] || die "no test executables in $BUILD/tests"
+EXAMPLES=""
+for f in "$BUILD"/examples/*; do
+	[ -f "$f" ] && [ -x "$f" ] && EXAMPLES="$EXAMPLES $f"
+done
+BENCH=0
+[ -x "$BUILD/tools/tollfree-bench" ] && BENCH=1
+
+R="$W/initramfs"
+rm -rf "$R"
+mkdir -p "$R"/{usr/bin,usr/sbin,usr/lib/x86_64-linux-gnu,usr/lib64,etc} \
+	"$R"/{proc,sys,dev,tmp,run,root,tf/bin}
+ln -s usr/bin "$R/bin"
+ln -s usr/sbin "$R/sbin"
+ln -s usr/lib "$R/lib"
+ln -s usr/lib64 "$R/lib64"
+cp /usr/bin/busybox "$R/usr/bin/busybox"
+# "busybox --list" includes busybox itself: do not link it onto itself.
+for a in $(/usr/bin/busybox --list); do
+	[ "$a" = busybox ] || ln -sf busybox "$R/usr/bin/$a"
+done
+
+# Kernel modules: rxe, the uverbs interface and the netdevs, in the
+# dependency order modprobe computes (the guest has no modprobe logic).
+# rxe asks the crypto API for "crc32" at run time, which no symbol
+# dependency reveals: without the crc32 modules "rdma link add" fails
+# with ENOENT.
+: >"$R/etc/modules.order"
+for m in crc32_generic crc32_pclmul rdma_rxe ib_uverbs dummy veth; do
+	modprobe -d "$KROOT" -S "$KV" --show-depends "$m" |
+		while read -r cmd ko args; do
+			[ "$cmd" = insmod ] || continue
+			rel=${ko#"$KROOT"}
+			mkdir -p "$R$(dirname "$rel")"
+			cp -n "$ko" "$R$rel"
+			grep -q "^$rel" "$R/etc/modules.order" ||
+				echo "$rel $args" >>"$R/etc/modules.order"
+		done
+done
+
+# User space: tools, tests, and every shared library they load, including
+# libtollfree.so from the build tree and the rxe verbs provider, which
+# libibverbs dlopen()s.  glibc dlopen()s libgcc_s for thread cancellation.
+PROV=""
+for f in /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do
+	[ -f "$f" ] && PROV=$f
+done
+[ -n "$PROV" ] || die "rxe provider library not found (ibverbs-providers)"
+mkdir -p "$R/usr/lib/x86_64-linux-gnu/libibverbs" "$R/etc/libibverbs.d"
+cp "$PROV" "$R$PROV"
+cp /etc/libibverbs.d/rxe.driver "$R/etc/libibverbs.d/"
+BINS="/usr/sbin/ip /usr/bin/rdma"
+WRAP=${TOLLFREE_VM_WRAP:-}
+if [ -n "$WRAP" ]; then
+	WPROG=$(command -v "${WRAP%% *}") || die "no program for $WRAP"
+	BINS="$BINS $WPROG"
+fi
+for b in $BINS; do cp "$b" "$R$b"; done
+for t in $TESTS; do cp "$BUILD/tests/$t" "$R/tf/bin/"; done
+for e in $EXAMPLES; do cp "$e" "$R/tf/bin/"; done
+[ $BENCH = 1 ] && cp "$BUILD/tools/tollfree-bench" "$R/tf/bin/"
+for f in $BINS "$R"/tf/bin/* "$PROV" /lib/x86_64-linux-gnu/libgcc_s.so.1; do
+	case "$f" in *.so*) echo "$f" ;; esac
+	ldd "$f" 2>/dev/null |
+		awk '/=>/ && $3 ~ /^\//{print $3} /^[ \t]*\//{print $1}'
+done | sort -u | while read -r lib; do
+	case "$lib" in
+	"$BUILD"/*) dst=/usr/lib/x86_64-linux-gnu/$(basename "$lib") ;;
+	/lib*) dst=/usr$lib ;;
+	*) dst=$lib ;;
+	esac
+	mkdir -p "$R$(dirname "$dst")"
+	cp -L "$lib" "$R$dst"
+done
+echo "$TESTS" | tr ' ' '\n' | grep . >"$R/tf/tests"
+{
+	printf 'TEST_TIMEOUT=%q\nBENCH=%q\n' "$TEST_TIMEOUT" "$BENCH"
+	printf 'WRAP=%q\nTOPOS=%q\n' "$WRAP" "${TOLLFREE_VM_TOPOS:-loop veth}"
+} >"$R/tf/config"
+for v in ${TOLLFREE_VM_ENV:-}; do
+	printf 'export %q\n' "$v" >>"$R/tf/config"
+done
+printf 'root:x:0:0:root:/root:/bin/sh\n' >"$R/etc/passwd"
+printf 'root:x:0:\n' >"$R/etc/group"
+printf '127.0.0.1 localhost\n' >"$R/etc/hosts"
+install -m 755 "$HERE/guest-init.sh" "$R/init"
+(cd "$R" && find . -print0 | cpio --null -o -H newc --quiet) >"$W/initramfs.cpio"
+log "kernel $KV, initramfs $(du -h "$W/initramfs.cpio" | cut -f1)," \
+	"tests:$TESTS"
+
+# ------------------------------------------------------------- boot
+LOG="$W/console.log"
+log "booting the guest (TCG); full console log: $LOG"
+T_BOOT=$(date +%s)
+set +e
+timeout "$GUEST_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max \
+	-m "$MEM" -smp "$SMP" -nographic -no-reboot -nic none \
+	-kernel "$K/vmlinux" -initrd "$W/initramfs.cpio" \
+	-append "console=ttyS0 rdinit=/init panic=-1 quiet loglevel=3 mitigations=off" \
+	</dev/null 2>&1 | sed -u 's/\r$//' >"$LOG"
+QRC=${PIPESTATUS[0]}
+set -e
+log "guest ran $(($(date +%s) - T_BOOT)) s (qemu rc $QRC)"
+
+# ------------------------------------------------------------- results
+# One line per test: PASS/FAIL/SKIP, the skip reason or the failure's
+# last lines, then a table.  Test output is in the console log.
+rm -f "$W/summary.txt" "$W/summary.txt.observe"
+awk -v out="$W/summary.txt" '
+function flush_test() {
+	if (name == "") return
+	if (rc == 0) res = "PASS"
+	else if (rc == 77) res = "SKIP"
+	else if (rc == 124 || rc == 143) res = "FAIL(timeout)"
+	else res = "FAIL(rc=" rc ")"
+	line = sprintf("%-5s %-24s %-14s %6.1fs", topo, name, res, secs)
+	if (res == "SKIP") line = line "  " reason
+	print line
+	print line > out
+	if (res != "PASS" && res != "SKIP")
+		for (i = (nl > 12 ? nl - 11 : 1); i <= nl; i++)
+			print "        | " buf[i]
+	name = ""
+}
+/^@@TEST / { flush_test(); topo = $2; name = $3; rc = $4; secs = $5
+	reason = ""; nl = 0; next }
+/^@@OUT$/ { inout = 1; next }
+/^@@END$/ { inout = 0; flush_test(); next }
+inout {
+	buf[++nl] = $0
+	if (match($0, /SKIP: /) && reason == "")
+		reason = substr($0, RSTART + 6)
+	if (/observe:/) print "        " $0 > (out ".observe")
+	next
+}
+/^@@VETH / { print "packets on veth0 during " $2; next }
+' "$LOG"
+sed -n '/^@@BENCH_BEGIN/,/^@@BENCH_END/p' "$LOG" >"$W/bench.txt"
+if [ -s "$W/bench.txt" ]; then
+	echo "--- tollfree-bench reg in the guest (TCG: compare rows with" \
+		"each other only, not with hardware) ---"
+	grep -v '^@@' "$W/bench.txt"
+	grep '^@@BENCH_END' "$W/bench.txt" | sed 's/^@@/bench: /'
+elif [ $BENCH = 0 ]; then
+	echo "(tollfree-bench not built: no registration benchmark)"
+fi
+if [ -s "$W/summary.txt.observe" ]; then
+	echo "--- device behaviour observed by the tests ---"
+	sort -u "$W/summary.txt.observe"
+fi
+
+NPASS=$(grep -c ' PASS ' "$W/summary.txt" || true)
+NSKIP=$(grep -c ' SKIP ' "$W/summary.txt" || true)
+NFAIL=$(grep -c ' FAIL' "$W/summary.txt" || true)
+echo "summary: $NPASS passed, $NSKIP skipped, $NFAIL failed;" \
+	"total $(($(date +%s) - T_START)) s"
+if ! grep -q '^@@DONE' "$LOG"; then
+	echo "FAIL: the guest did not finish; last console lines:"
+	grep -v '^@@' "$LOG" | tail -15
+	exit 2
+fi
+if grep -q '@@MARK .*\(RXE\|GID\)_FAILED' "$LOG"; then
+	echo "FAIL: rxe setup failed in the guest"
+	exit 2
+fi
+[ "$NFAIL" = 0 ] || exit 1
+exit 0

@@ -10,6 +10,9 @@
  * of another PD; binding a type-2 window that is already bound, i.e. not
  * in the free state (o10-37.2.30).  A failed bind leaves the window
  * unbound, so its region deregisters without -EBUSY.
+ * Also LOCAL_INV of a key that is no bound window (an unknown key, a
+ * user region's key) completes with TF_WC_LOC_QP_OP_ERR (rxe:
+ * invalidate_key fails) and does not revoke the region.
  */
 #include <string.h>
 
@@ -50,6 +53,9 @@ static void run_case(struct tf_pair *p, enum bcase c)
 	struct tf_send_wr nop = {
 		.wr_id = 2, .opcode = TF_WR_SEND, .send_flags = 0};
 
+	if (c == MR_OTHER_PD &&
+	    tf_test_quirk(p, TF_QUIRK_RXE_BIND_MR_PD, "case not run"))
+		return;
 	tf_test_qp_reopen(p, NULL, &p->q);
 	if (p->side == TF_SIDE_B) {
 		tf_test_sync(p);
@@ -116,6 +122,61 @@ static void run_case(struct tf_pair *p, enum bcase c)
 	tf_test_sync(p);
 }
 
+static void bad_local_inv(struct tf_pair *p, bool mr_key)
+{
+	struct tf_test_buf b;
+	struct tf_send_wr wr = {.wr_id = 5,
+				.opcode = TF_WR_LOCAL_INV,
+				.send_flags = TF_SEND_SIGNALED};
+	struct tf_test_rbuf rb;
+	struct tf_wc wc;
+
+	tf_test_qp_reopen(p, NULL, &p->q);
+	if (p->side == TF_SIDE_A) {
+		tf_test_info("case: LOCAL_INV of %s",
+			     mr_key ? "a region's key" : "an unknown key");
+		tf_test_buf_alloc(
+			p, p->pd, TF_MEM_LIB, 4096,
+			TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_WRITE, &b);
+		wr.invalidate_rkey = mr_key ? tf_mr_rkey(b.mr)
+					    : tf_mr_rkey(b.mr) ^ 0x5a5a5a5au;
+		POST_SEND(p->q.qp, &wr);
+		EXPECT_WC(p, p->q.scq, 5, TF_WC_LOC_QP_OP_ERR, TF_WC_LOCAL_INV,
+			  &wc);
+		CHECK(tf_qp_state(p->q.qp) == TF_QPS_ERR);
+		/* The region still serves the peer on a fresh QP. */
+		tf_test_qp_reopen(p, NULL, &p->q);
+		memset(b.addr, 0, b.len);
+		tf_test_send_buf(p, &b);
+		tf_test_sync(p);
+		CHECK_FILL(b.addr, 64, 55);
+		tf_test_buf_free(&b);
+		return;
+	}
+	tf_test_qp_reopen(p, NULL, &p->q);
+	rb = tf_test_recv_rbuf(p);
+	tf_test_buf_alloc(p, p->pd, TF_MEM_MALLOC, 64, TF_ACCESS_LOCAL_WRITE,
+			  &b);
+	tf_test_fill(b.addr, 64, 55);
+	{
+		struct tf_sge sge = {.addr = (uintptr_t)b.addr,
+				     .length = 64,
+				     .lkey = tf_test_buf_lkey(&b)};
+		struct tf_send_wr w = {
+			.wr_id = 6,
+			.sg_list = &sge,
+			.num_sge = 1,
+			.opcode = TF_WR_RDMA_WRITE,
+			.send_flags = TF_SEND_SIGNALED,
+			.wr.rdma = {.remote_addr = rb.addr, .rkey = rb.rkey}};
+
+		POST_SEND(p->q.qp, &w);
+		EXPECT_WC(p, p->q.scq, 6, TF_WC_SUCCESS, TF_WC_RDMA_WRITE, &wc);
+	}
+	tf_test_sync(p);
+	tf_test_buf_free(&b);
+}
+
 int main(void)
 {
 	struct tf_pair p;
@@ -126,6 +187,8 @@ int main(void)
 	tf_test_tolerate_log(true);
 	for (int c = 0; c < NCASES; c++)
 		run_case(&p, (enum bcase)c);
+	bad_local_inv(&p, false);
+	bad_local_inv(&p, true);
 	tf_test_tolerate_log(false);
 	tf_test_sync(&p);
 	return tf_test_pair_end(&p);

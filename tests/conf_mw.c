@@ -5,8 +5,9 @@
  * that differs from the region's; RDMA_WRITE, RDMA_READ and a fetch-add
  * through the window reach exactly the window's bytes; a window re-bound
  * read-only serves reads; SEND_WITH_INV revokes it and reports
- * TF_WC_WITH_INV and the invalidated key at the receiver.  (That revoked
- * keys really stop working is checked by conf_protection.)
+ * TF_WC_WITH_INV and the invalidated key at the receiver; 128 windows
+ * bound at once over adjacent slices each reach exactly their slice.
+ * (That revoked keys really stop working is checked by conf_protection.)
  */
 #include <string.h>
 
@@ -181,6 +182,73 @@ static void one_kind(struct tf_pair *p, struct tf_test_buf *b, tf_mw_t *mw,
 	tf_test_sync(p);
 }
 
+/*
+ * Many windows at once: B binds NWIN windows over consecutive slices of
+ * one region; A writes a different pattern through each key in one
+ * chain; every slice holds its own pattern (no key reaches another
+ * window's bytes) and all keys differ.
+ */
+#define NWIN  128
+#define SLICE 64
+
+static void many_windows(struct tf_pair *p, struct tf_test_buf *b)
+{
+	static uint32_t keys[NWIN];
+	struct tf_wc wc;
+
+	if (p->side == TF_SIDE_B) {
+		static tf_mw_t *mws[NWIN];
+
+		memset(b->addr, FILLER, b->len);
+		for (int i = 0; i < NWIN; i++) {
+			CHECK_OK(tf_mw_alloc(p->pd, &mws[i]));
+			keys[i] = bind(p, mws[i], b->mr, b->addr + i * SLICE,
+				       SLICE, TF_ACCESS_REMOTE_WRITE,
+				       1000 + (uint64_t)i);
+			for (int j = 0; j < i; j++)
+				CHECKF(keys[j] != keys[i],
+				       "windows %d and %d share key 0x%x", j, i,
+				       keys[i]);
+		}
+		tf_test_send_u64(p, (uintptr_t)b->addr);
+		tf_test_send_msg(p, keys, sizeof(keys));
+		tf_test_sync(p);
+		for (int i = 0; i < NWIN; i++)
+			CHECK_FILL(b->addr + i * SLICE, SLICE,
+				   7000 + (uint32_t)i);
+		CHECK_BYTES(b->addr + NWIN * SLICE, b->len - NWIN * SLICE,
+			    FILLER);
+		/* Freeing bound windows unbinds them. */
+		for (int i = 0; i < NWIN; i++)
+			CHECK_OK(tf_mw_dealloc(mws[i]));
+		return;
+	}
+	static struct tf_sge sge[NWIN];
+	static struct tf_send_wr wr[NWIN];
+	uint64_t base = tf_test_recv_u64(p);
+
+	tf_test_recv_msg(p, keys, sizeof(keys));
+	for (int i = 0; i < NWIN; i++) {
+		tf_test_fill(b->addr + i * SLICE, SLICE, 7000 + (uint32_t)i);
+		sge[i] = (struct tf_sge){.addr = (uintptr_t)b->addr + i * SLICE,
+					 .length = SLICE,
+					 .lkey = tf_test_buf_lkey(b)};
+		wr[i] = (struct tf_send_wr){
+			.wr_id = 2000 + (uint64_t)i,
+			.next = i + 1 < NWIN ? &wr[i + 1] : NULL,
+			.sg_list = &sge[i],
+			.num_sge = 1,
+			.opcode = TF_WR_RDMA_WRITE,
+			.send_flags = i + 1 < NWIN ? 0 : TF_SEND_SIGNALED,
+			.wr.rdma = {.remote_addr = base + (uint64_t)i * SLICE,
+				    .rkey = keys[i]}};
+	}
+	POST_SEND(p->q.qp, wr);
+	EXPECT_WC(p, p->q.scq, 2000 + NWIN - 1, TF_WC_SUCCESS, TF_WC_RDMA_WRITE,
+		  &wc);
+	tf_test_sync(p);
+}
+
 int main(void)
 {
 	struct tf_test_buf bufs[TF_MEM_NKINDS];
@@ -204,6 +272,8 @@ int main(void)
 				  &bufs[k]);
 	for (k = 0; k < TF_MEM_NKINDS; k++)
 		one_kind(&p, &bufs[k], mw, 500 + (uint32_t)k);
+	tf_test_sync(&p);
+	many_windows(&p, &bufs[TF_MEM_MALLOC]);
 
 	tf_test_sync(&p);
 	/* Every window was revoked: the regions deregister (checked). */

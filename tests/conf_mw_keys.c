@@ -41,8 +41,7 @@ static void inval(struct tf_pair *p, uint32_t key, uint64_t wr_id)
 				.send_flags = TF_SEND_SIGNALED,
 				.invalidate_rkey = key};
 
-	POST_SEND(p->q.qp, &wr);
-	EXPECT_WC(p, p->q.scq, wr_id, TF_WC_SUCCESS, TF_WC_LOCAL_INV, NULL);
+	POST_WAIT(p, &p->q, &wr, TF_WC_SUCCESS, TF_WC_LOCAL_INV, NULL);
 }
 
 static void side_b(struct tf_pair *p)

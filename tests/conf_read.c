@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * conf_read: RDMA_READ of 1 B .. 1 MiB from every kind of memory (the
+ * conf_read: RDMA_READ of 0 B .. 1 MiB from every kind of memory (the
  * target region has REMOTE_READ only) into every kind of memory, at
  * unaligned offsets, and a read scattered over three SGEs of three kinds.
  * The initiator checks every byte and its guards; the target checks that
@@ -158,6 +158,19 @@ int main(void)
 	}
 	reads(&p, bufs, rb, &seed);
 	scatter_read(&p, bufs, rb, seed);
+	if (p.side == TF_SIDE_A) {
+		/* A zero-length read is legal (no SGE) and completes. */
+		struct tf_send_wr wr = {
+			.wr_id = 4,
+			.opcode = TF_WR_RDMA_READ,
+			.send_flags = TF_SEND_SIGNALED,
+			.wr.rdma = {.remote_addr = rb[TF_MEM_LIB].addr,
+				    .rkey = rb[TF_MEM_LIB].rkey},
+		};
+
+		POST_SEND(p.q.qp, &wr);
+		EXPECT_WC(&p, p.q.scq, 4, TF_WC_SUCCESS, TF_WC_RDMA_READ, NULL);
+	}
 
 	tf_test_sync(&p);
 	for (k = 0; k < TF_MEM_NKINDS; k++)

@@ -7,7 +7,9 @@
  * the last value; unsignalled SENDs arrive in order; many rounds of
  * unsignalled work beyond the send-queue depth do not fill the queue once
  * each round ends with a signalled WR; a chain of mixed operations, all
- * signalled, completes in posting order.
+ * signalled, completes in posting order; a read after an unsignalled
+ * write of the same bytes returns the written data.  Each QP uses one CQ
+ * for both of its queues, and completions are also reaped in batches.
  */
 #include <string.h>
 
@@ -140,11 +142,31 @@ static void side_a(struct tf_pair *p)
 					    .rkey = rb.rkey},
 			};
 		}
+		struct tf_wc wcs[16];
+		int got = 0;
+
 		tf_test_sync(p); /* B posted two receives */
 		POST_SEND(p->q.qp, wr);
+		/* Reaped in batches: tf_cq_poll fills several at once. */
+		for (int tries = 0; got < n; tries++) {
+			int r = tf_cq_poll(p->q.scq, 16, wcs + got);
+
+			CHECKF(r >= 0 && r <= n - got, "tf_cq_poll(16) = %d",
+			       r);
+			got += r;
+			CHECKF(tries < tf_test_timeout_ms(),
+			       "only %d of %d completions", got, n);
+			if (!r)
+				tf_test_progress_for(p, 1);
+		}
 		for (int i = 0; i < n; i++)
-			EXPECT_WC(p, p->q.scq, 5000 + (uint64_t)i,
-				  TF_WC_SUCCESS, wcop[i], &wc);
+			CHECKF(wcs[i].wr_id == 5000 + (uint64_t)i &&
+				       wcs[i].status == TF_WC_SUCCESS &&
+				       wcs[i].opcode == wcop[i] &&
+				       wcs[i].qp == p->q.qp,
+			       "completion %d of the chain: %s", i,
+			       tf_test_wc_str(&wcs[i]));
+		EXPECT_CQ_EMPTY(p, p->q.scq, 20);
 		/* The reads fetched what B had put there. */
 		for (int i = 0; i < n; i++)
 			if (ops[i] == TF_WR_RDMA_READ)
@@ -152,6 +174,37 @@ static void side_a(struct tf_pair *p)
 					   600 + (uint32_t)i);
 		tf_test_sync(p);
 	}
+
+	/* 5. An unsignalled write followed by a signalled read of the same
+	 * bytes: the responder executes them in order, so the read returns
+	 * what the write put there. */
+	tf_test_fill(l.addr + 3072, 128, 700);
+	memset(l.addr + 3200, 0, 128);
+	sge[0] = (struct tf_sge){.addr = (uintptr_t)l.addr + 3072,
+				 .length = 128,
+				 .lkey = tf_test_buf_lkey(&l)};
+	sge[1] = (struct tf_sge){.addr = (uintptr_t)l.addr + 3200,
+				 .length = 128,
+				 .lkey = tf_test_buf_lkey(&l)};
+	wr[0] = (struct tf_send_wr){
+		.wr_id = 6000,
+		.next = &wr[1],
+		.sg_list = &sge[0],
+		.num_sge = 1,
+		.opcode = TF_WR_RDMA_WRITE,
+		.wr.rdma = {.remote_addr = rb.addr + 3072, .rkey = rb.rkey}};
+	wr[1] = (struct tf_send_wr){
+		.wr_id = 6001,
+		.sg_list = &sge[1],
+		.num_sge = 1,
+		.opcode = TF_WR_RDMA_READ,
+		.send_flags = TF_SEND_SIGNALED,
+		.wr.rdma = {.remote_addr = rb.addr + 3072, .rkey = rb.rkey}};
+	POST_SEND(p->q.qp, wr);
+	EXPECT_WC(p, p->q.scq, 6001, TF_WC_SUCCESS, TF_WC_RDMA_READ, &wc);
+	CHECK_FILL(l.addr + 3200, 128, 700);
+	EXPECT_CQ_EMPTY(p, p->q.scq, 20);
+	tf_test_sync(p);
 	tf_test_buf_free(&l);
 }
 
@@ -195,6 +248,8 @@ static void side_b(struct tf_pair *p)
 	EXPECT_WC(p, p->q.rcq, 400, TF_WC_SUCCESS, TF_WC_RECV, &wc);
 	EXPECT_WC(p, p->q.rcq, 401, TF_WC_SUCCESS, TF_WC_RECV, &wc);
 	tf_test_sync(p);
+	tf_test_sync(p); /* part 5 */
+	CHECK_FILL(t.addr + 3072, 128, 700);
 	tf_test_buf_free(&t);
 	tf_test_buf_free(&r);
 }
@@ -204,12 +259,21 @@ int main(void)
 	tf_qp_params_t qpp = {.field_mask = TF_QP_PARAM_MAX_SEND_WR,
 			      .max_send_wr = SQ_DEPTH};
 	struct tf_pair p;
+	tf_cq_t *cq;
 
 	tf_test_begin("conf_unsignaled");
-	tf_test_pair_start(&p, &qpp);
+	tf_test_pair_open(&p);
+	/* One CQ for both queues of the QP: the completions of each queue
+	 * still come in order and name the QP. */
+	CHECK_OK(tf_cq_create(p.ctx, NULL, &cq));
+	qpp.send_cq = qpp.recv_cq = cq;
+	tf_test_qp_open(&p, &qpp, &p.q);
 	if (p.side == TF_SIDE_A)
 		side_a(&p);
 	else
 		side_b(&p);
+	tf_test_sync(&p);
+	tf_test_qp_close(&p.q);
+	CHECK_OK(tf_cq_destroy(cq));
 	return tf_test_pair_end(&p);
 }

@@ -283,6 +283,64 @@ static void loopback(void)
 	free(p2);
 }
 
+/* Responder-side errors, as rxe reports them: a SEND_WITH_INV naming a
+ * key that is no window bound to the receiving QP (class J: the receive
+ * fails with REM_INV_REQ_ERR, the sender is ACKed), and receive buffers
+ * whose lkey is bad (class A: LOC_QP_OP_ERR at the receiver, REM_OP_ERR at
+ * the sender).  Both move the receiving QP to error. */
+static void responder_errors(void)
+{
+	uint8_t *m;
+	tf_mr_t *mr;
+
+	CHECK_OK(tf_mem_alloc(ctx, 4096, (void **)&m));
+	CHECK_OK(tf_mr_reg(pd, m, 4096, TF_ACCESS_LOCAL_WRITE, &mr));
+	tf_test_tolerate_log(true);
+	for (int c = 0; c < 2; c++) {
+		tf_qp_t *a = new_qp(), *b = new_qp();
+		struct tf_sge rs = {(uintptr_t)m, 64,
+				    c ? tf_mr_lkey(mr) ^ 1 : tf_mr_lkey(mr)};
+		struct tf_recv_wr rwr = {
+			.wr_id = 10, .sg_list = &rs, .num_sge = 1};
+		struct tf_send_wr swr = {.wr_id = 20,
+					 .opcode = c ? TF_WR_SEND
+						     : TF_WR_SEND_WITH_INV,
+					 .invalidate_rkey = tf_mr_rkey(mr),
+					 .send_flags = TF_SEND_SIGNALED};
+		struct tf_wc w[2];
+		int got = 0;
+
+		connect_pair(a, b);
+		CHECK_OK(tf_post_recv(b, &rwr, NULL));
+		CHECK_OK(tf_post_send(a, &swr, NULL));
+		while (got < 2) {
+			int r = tf_cq_wait(cq, 2 - got, w + got, 5000);
+
+			CHECK(r > 0);
+			got += r;
+		}
+		for (int k = 0; k < 2; k++) {
+			if (w[k].wr_id == 10)
+				CHECKF(w[k].status ==
+					       (c ? TF_WC_LOC_QP_OP_ERR
+						  : TF_WC_REM_INV_REQ_ERR),
+				       "case %d: receive %s", c,
+				       tf_wc_status_str(w[k].status));
+			else
+				CHECKF(w[k].status == (c ? TF_WC_REM_OP_ERR
+							 : TF_WC_SUCCESS),
+				       "case %d: send %s", c,
+				       tf_wc_status_str(w[k].status));
+		}
+		CHECK(tf_qp_state(b) == TF_QPS_ERR);
+		CHECK_OK(tf_qp_destroy(a));
+		CHECK_OK(tf_qp_destroy(b));
+	}
+	tf_test_tolerate_log(false);
+	CHECK_OK(tf_mr_dereg(mr));
+	tf_mem_free(ctx, m, 4096);
+}
+
 /* ------------------------------------------------------------ revocation */
 
 #define WIN 4096
@@ -355,7 +413,9 @@ static int writer(int s)
 	return 0;
 }
 
-static void revocation(void)
+/* @shared: the window is over tf_mem_alloc memory (the writer stores
+ * through its mapping), else over malloc memory (process_vm_writev). */
+static void revocation(bool shared)
 {
 	int sv[2], n, status;
 	pid_t pid;
@@ -385,7 +445,10 @@ static void revocation(void)
 					.opcode = TF_WR_LOCAL_INV,
 					.send_flags = TF_SEND_SIGNALED};
 
-		CHECK_OK(tf_mem_alloc(ctx, 2 * WIN, (void **)&dst));
+		if (shared)
+			CHECK_OK(tf_mem_alloc(ctx, 2 * WIN, (void **)&dst));
+		else
+			CHECK(posix_memalign((void **)&dst, WIN, 2 * WIN) == 0);
 		memset(dst, 0, 2 * WIN);
 		CHECK_OK(tf_mr_reg(pd, dst, 2 * WIN,
 				   TF_ACCESS_LOCAL_WRITE | TF_ACCESS_MW_BIND,
@@ -425,7 +488,10 @@ static void revocation(void)
 		CHECK_OK(tf_qp_destroy(qp));
 		CHECK_OK(tf_mw_dealloc(mw));
 		CHECK_OK(tf_mr_dereg(mr));
-		tf_mem_free(ctx, dst, 2 * WIN);
+		if (shared)
+			tf_mem_free(ctx, dst, 2 * WIN);
+		else
+			free(dst);
 	}
 	close(sv[0]);
 }
@@ -436,7 +502,9 @@ int main(void)
 	open_ctx();
 	blob_checks();
 	loopback();
-	revocation();
+	responder_errors();
+	revocation(true);
+	revocation(false);
 	close_ctx();
 	return tf_test_end();
 }

@@ -380,8 +380,10 @@ struct victim {
 };
 
 /* Create a victim QP that accepts, connected to a phantom that never
- * connects, and a raw socket to the victim's listener. */
-static void victim_open(struct victim *vi)
+ * connects, and a raw socket to the victim's listener.  With @late, the
+ * victim's tf_qp_connect is left to the caller (victim_late_connect), so
+ * that the HELLO can arrive first. */
+static void victim_open2(struct victim *vi, bool late)
 {
 	struct soft_qp *sx, *sy, *sv;
 	struct soft_peer_addr me = {0};
@@ -406,7 +408,10 @@ static void victim_open(struct victim *vi)
 	vi->vqpn = tf_qp_num(vi->v);
 	vi->pqpn = tf_qp_num(vi->phantom);
 	blob(vi->phantom, b, &len);
-	CHECK_OK(tf_qp_connect(vi->v, b, len));
+	if (!late)
+		CHECK_OK(tf_qp_connect(vi->v, b, len));
+	else
+		CHECK_OK(tf_qp_get_addr(vi->v, b, &len)); /* listener up */
 	sv = soft_qp_of(vi->v);
 	CHECK_OK(soft_tcp_transport.qp_addr(sv, &me));
 	CHECK(me.family == 4);
@@ -417,6 +422,20 @@ static void victim_open(struct victim *vi)
 	sin.sin_port = htons(me.port);
 	memcpy(&sin.sin_addr, me.ip, 4);
 	CHECK(connect(vi->fd, (struct sockaddr *)&sin, sizeof(sin)) == 0);
+}
+
+static void victim_open(struct victim *vi)
+{
+	victim_open2(vi, false);
+}
+
+static void victim_late_connect(struct victim *vi)
+{
+	uint8_t b[TF_QP_ADDR_MAX];
+	size_t len;
+
+	blob(vi->phantom, b, &len);
+	CHECK_OK(tf_qp_connect(vi->v, b, len));
 }
 
 static void victim_close(struct victim *vi)
@@ -521,6 +540,31 @@ static void raw_write_works(void)
 			   TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_WRITE,
 			   &mr));
 	h.rkey = tf_mr_rkey(mr);
+
+	/* The connector may be faster than the local tf_qp_connect: its
+	 * HELLO and a WRITE behind it wait, then are served. */
+	victim_open2(&vi, true);
+	send_hello(&vi, vi.nonce);
+	n = enc(b, &h);
+	memset(b + n, 0x6b, 16);
+	raw_send(vi.fd, b, n + 16);
+	for (int i = 0; i < 200; i++)
+		tf_context_progress(ctx);
+	CHECK(target[8] == 0);
+	victim_late_connect(&vi);
+	raw_read_hdr(vi.fd, &h);
+	CHECK(h.opcode == SOFT_TCP_OP_ACK && h.status == SOFT_TCP_ST_OK &&
+	      h.psn == 0);
+	CHECK(target[7] == 0 && target[8] == 0x6b && target[23] == 0x6b &&
+	      target[24] == 0);
+	victim_close(&vi);
+	memset(target, 0, sizeof(target));
+
+	h = (struct soft_tcp_hdr){.opcode = SOFT_TCP_OP_WRITE,
+				  .psn = 0,
+				  .size = 16,
+				  .raddr = (uintptr_t)(target + 8),
+				  .rkey = tf_mr_rkey(mr)};
 	victim_open(&vi);
 	send_hello(&vi, vi.nonce);
 	n = enc(b, &h);
@@ -764,6 +808,139 @@ static void stalled_peer(void)
 	free(src);
 }
 
+/* A counting allocator for the library's own memory (tf_set_allocator):
+ * live bytes, exact whatever the libc or a sanitizer does. */
+static _Atomic long lib_live;
+
+static void *cnt_malloc(size_t n)
+{
+	size_t *p = malloc(n + 16);
+
+	if (!p)
+		return NULL;
+	*p = n;
+	lib_live += (long)n;
+	return (char *)p + 16;
+}
+
+static void *cnt_calloc(size_t k, size_t n)
+{
+	void *p;
+
+	if (n && k > (SIZE_MAX - 16) / n)
+		return NULL;
+	p = cnt_malloc(k * n);
+	if (p)
+		memset(p, 0, k * n);
+	return p;
+}
+
+static void cnt_free(void *q)
+{
+	size_t *p;
+
+	if (!q)
+		return;
+	p = (size_t *)((char *)q - 16);
+	lib_live -= (long)*p;
+	free(p);
+}
+
+static void *cnt_realloc(void *q, size_t n)
+{
+	size_t *p = q ? (size_t *)((char *)q - 16) : NULL;
+	size_t old = p ? *p : 0;
+
+	p = realloc(p, n + 16);
+	if (!p)
+		return NULL;
+	*p = n;
+	lib_live += (long)n - (long)old;
+	return (char *)p + 16;
+}
+
+/* A peer that asks for 64 MiB of READs without reading the answers: the
+ * target stops serving once its send queue holds a bounded amount (its
+ * memory does not grow by the whole 64 MiB), and serves the rest, in
+ * order, once the peer reads. */
+static void read_flood(void)
+{
+	enum { N = 64, SZ = 1 << 20 };
+	uint8_t *region = malloc(SZ), *rx = malloc(SZ + SOFT_TCP_HDR_MAX);
+	struct soft_tcp_hdr h;
+	struct victim vi;
+	uint8_t b[SOFT_TCP_HDR_MAX];
+	long rss0, peak = 0;
+	tf_mr_t *mr;
+	int i;
+
+	printf("case: READ flood without reading the responses\n");
+	CHECK(region && rx);
+	for (i = 0; i < SZ; i++)
+		region[i] = (uint8_t)(i * 13);
+	CHECK_OK(tf_mr_reg(pd, region, SZ,
+			   TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_READ, &mr));
+	victim_open(&vi);
+	send_hello(&vi, vi.nonce);
+	rss0 = lib_live;
+	for (i = 0; i < N; i++) {
+		h = (struct soft_tcp_hdr){.opcode = SOFT_TCP_OP_READ_REQ,
+					  .psn = (uint32_t)i,
+					  .raddr = (uintptr_t)region,
+					  .rkey = tf_mr_rkey(mr),
+					  .length = SZ};
+		raw_send(vi.fd, b, enc(b, &h));
+	}
+	/* Longer than the victim's transport timeout (3 s): a responder
+	 * whose peer does not read must not fail for that. */
+	for (uint64_t end = now_ms() + 3500; now_ms() < end;) {
+		long r;
+
+		tf_context_progress(ctx);
+		r = (lib_live - rss0) / 1024;
+		if (r > peak)
+			peak = r;
+	}
+	printf("  library heap growth while the peer does not read: %ld KiB\n",
+	       peak);
+	/* Unbounded, the target would hold 64 MiB of copies. */
+	CHECK(peak < 40 * 1024);
+	CHECK(tf_qp_state(vi.v) == TF_QPS_RTS);
+	/* Now read everything: N responses, in order, with the data. */
+	for (i = 0; i < N; i++) {
+		size_t got = 0;
+		uint64_t end = now_ms() + 10000;
+
+		raw_read_hdr(vi.fd, &h);
+		CHECK(h.opcode == SOFT_TCP_OP_READ_RESP &&
+		      h.psn == (uint32_t)i && h.size == SZ);
+		while (got < SZ && now_ms() < end) {
+			ssize_t n =
+				recv(vi.fd, rx + got, SZ - got, MSG_DONTWAIT);
+
+			if (n > 0)
+				got += (size_t)n;
+			else
+				tf_context_progress(ctx);
+		}
+		if (got != SZ || memcmp(rx, region, SZ)) {
+			size_t k = 0;
+
+			while (k < got && rx[k] == region[k])
+				k++;
+			tf_test_fail(__FILE__, __LINE__,
+				     "READ %d: %zu of %d bytes, first "
+				     "difference at %zu",
+				     i, got, SZ, k);
+		}
+	}
+	CHECK(tf_qp_state(vi.v) == TF_QPS_RTS);
+	victim_close(&vi);
+	CHECK_OK(tf_mr_dereg(mr));
+	free(region);
+	free(rx);
+}
+
 int main(void)
 {
 	tf_context_params_t cp = {.field_mask = TF_CONTEXT_PARAM_PROVIDER |
@@ -777,6 +954,8 @@ int main(void)
 	size_t len;
 	int ret;
 
+	tf_set_allocator(&(tf_allocator_t){cnt_malloc, cnt_calloc, cnt_realloc,
+					   cnt_free});
 	tf_test_begin("soft_tcp_frames");
 	unit_tests();
 	printf("parser unit tests passed\n");
@@ -813,6 +992,8 @@ int main(void)
 	good_pair_works(102);
 	stalled_peer();
 	good_pair_works(103);
+	read_flood();
+	good_pair_works(104);
 
 	CHECK_OK(tf_qp_destroy(good_a));
 	CHECK_OK(tf_qp_destroy(good_b));

@@ -287,6 +287,14 @@ void tf_test_wait_wc(const char *file, int line, struct tf_pair *p, tf_cq_t *cq,
 void tf_test_expect_wc(const char *file, int line, struct tf_pair *p,
 		       tf_cq_t *cq, uint64_t wr_id, enum tf_wc_status status,
 		       int opcode, struct tf_wc *wc);
+/* Post one WR (wr->next must be NULL) on @q and wait for its completion
+ * on @q's send CQ, expecting @status and @opcode (-1: any). */
+#define POST_WAIT(_p, _q, _wr, _status, _opcode, _wc)                          \
+	do {                                                                   \
+		POST_SEND((_q)->qp, (_wr));                                    \
+		EXPECT_WC((_p), (_q)->scq, (_wr)->wr_id, (_status), (_opcode), \
+			  (_wc));                                              \
+	} while (0)
 /* Poll @cq for @ms milliseconds (progressing) and fail on any completion. */
 #define EXPECT_CQ_EMPTY(_p, _cq, _ms) \
 	tf_test_expect_cq_empty(__FILE__, __LINE__, (_p), (_cq), (_ms))
@@ -305,6 +313,34 @@ void tf_test_progress_for(struct tf_pair *p, int ms);
  * traffic cannot leave the machine.  Returns false if not permitted.
  */
 bool tf_test_private_netns(void);
+
+/*
+ * Known deviations of the kernel's rxe driver (Debian 12, Linux 6.1) from
+ * the verbs man pages and the IBTA spec, which the verbs provider cannot
+ * hide.  They are tolerated only when the context is the verbs provider
+ * on an rxe device (or TOLLFREE_TEST_QUIRKS=rxe; =none disables them),
+ * and every time one is used a line says so.  Everything else is held to
+ * the spec on every provider.
+ */
+enum tf_test_quirk {
+	/* A SEND larger than the receive: the receiver gets LOC_QP_OP_ERR
+	 * and the sender REM_OP_ERR (copy_data returns -EINVAL, not
+	 * -ENOSPC), instead of LOC_LEN_ERR and REM_INV_REQ_ERR. */
+	TF_QUIRK_RXE_LEN_ERR,
+	/* An invalid lkey (unknown, or of another PD) gives LOC_QP_OP_ERR
+	 * instead of LOC_PROT_ERR (SGEs outside their region do give
+	 * LOC_PROT_ERR). */
+	TF_QUIRK_RXE_LKEY_ERR,
+	/* Accesses through a memory window are checked against the
+	 * window's region, not the window's own range (check_rkey calls
+	 * mr_check_range on mw->mr). */
+	TF_QUIRK_RXE_MW_RANGE,
+	/* BIND_MW over a region of another PD is accepted (the check came
+	 * with a 2025 kernel patch). */
+	TF_QUIRK_RXE_BIND_MR_PD,
+};
+/* True if quirk @q applies to @p (and says so, with @what). */
+bool tf_test_quirk(struct tf_pair *p, enum tf_test_quirk q, const char *what);
 
 /* Skip unless the context has every flag of @caps_flags. */
 void tf_test_require_caps(struct tf_pair *p, uint64_t caps_flags,

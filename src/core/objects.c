@@ -454,7 +454,8 @@ int tf_qp_connect(tf_qp_t *qp, const void *addr, size_t len)
 
 enum tf_qp_state tf_qp_state(tf_qp_t *qp)
 {
-	return qp->state;
+	/* A provider progress thread may move the QP to error meanwhile. */
+	return __atomic_load_n(&qp->state, __ATOMIC_RELAXED);
 }
 
 int tf_qp_set_error(tf_qp_t *qp)

@@ -24,6 +24,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -112,6 +114,8 @@ static int soft_context_open(const struct tf_config *cfg,
 	snprintf(ctx->base.device, sizeof(ctx->base.device), "soft");
 	ctx->tpt_fd = -1;
 	ctx->pagemap_fd = -1;
+	ctx->wake_efd = -1;
+	ctx->ev_epfd = -1;
 	if (!strcmp(cfg->soft_transport, "auto")) {
 		ctx->want_shm = true;
 		ctx->want_tcp = true;
@@ -151,6 +155,24 @@ static int soft_context_open(const struct tf_config *cfg,
 	ret = soft_xlate_init(ctx);
 	if (ret)
 		goto err_tpt;
+	ctx->wake_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ctx->ev_epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (ctx->wake_efd < 0 || ctx->ev_epfd < 0) {
+		ret = -errno;
+		tf_log_error(SOFT_SUBSYS, "eventfd/epoll_create1: %m");
+		goto err_wake;
+	}
+	{
+		struct epoll_event ev = {.events = EPOLLIN};
+
+		if (epoll_ctl(ctx->ev_epfd, EPOLL_CTL_ADD, ctx->wake_efd,
+			      &ev)) {
+			ret = -errno;
+			tf_log_error(SOFT_SUBSYS, "epoll_ctl(wake): %m");
+			goto err_wake;
+		}
+	}
+	ctx->tpt->wake_fd = ctx->wake_efd;
 	if (cfg->soft_progress_thread) {
 		ret = -pthread_create(&ctx->progress_thread, NULL,
 				      progress_thread, ctx);
@@ -158,14 +180,18 @@ static int soft_context_open(const struct tf_config *cfg,
 			tf_log_error(SOFT_SUBSYS,
 				     "cannot start the progress thread: %s",
 				     strerror(-ret));
-			goto err_xlate;
+			goto err_wake;
 		}
 		ctx->progress_running = true;
 	}
 	*ctx_p = &ctx->base;
 	return 0;
 
-err_xlate:
+err_wake:
+	if (ctx->ev_epfd >= 0)
+		close(ctx->ev_epfd);
+	if (ctx->wake_efd >= 0)
+		close(ctx->wake_efd);
 	soft_xlate_fini(ctx);
 err_tpt:
 	soft_tpt_fini(ctx);
@@ -194,6 +220,8 @@ static void soft_context_close(struct tf_context *base)
 	/* QP creation may have set up shm state before any address. */
 	if (ctx->shm_up || ctx->shm_priv)
 		soft_shm_transport.ctx_fini(ctx);
+	close(ctx->ev_epfd);
+	close(ctx->wake_efd);
 	soft_xlate_fini(ctx);
 	soft_tpt_fini(ctx);
 	pthread_mutex_destroy(&ctx->progress_lock);
@@ -214,6 +242,17 @@ static int tp_up(struct soft_ctx *ctx, const struct soft_transport_ops *tp)
 	pthread_mutex_lock(&ctx->lock);
 	if (!*up) {
 		ret = tp->ctx_init ? tp->ctx_init(ctx) : 0;
+		if (!ret && tp->wait_fd) {
+			struct epoll_event ev = {.events = EPOLLIN};
+			int fd = tp->wait_fd(ctx);
+
+			if (fd >= 0 &&
+			    epoll_ctl(ctx->ev_epfd, EPOLL_CTL_ADD, fd, &ev))
+				tf_log_warn(SOFT_SUBSYS,
+					    "%s: cannot watch its fd for CQ "
+					    "events: %m",
+					    tp->name);
+		}
 		if (!ret)
 			*up = true;
 	}
@@ -357,6 +396,8 @@ static void soft_mem_free(struct tf_context *base, void *addr, size_t size)
 
 /* ------------------------------------------------------------ PD */
 
+/* A PD is a random id: TPT entries and QP addresses carry it, and an
+ * access is allowed only when the key's PD is the target QP's. */
 static int soft_pd_alloc(struct tf_context *ctx, struct tf_pd **pd_p)
 {
 	struct soft_pd *pd = tf__calloc(1, sizeof(*pd));
@@ -492,6 +533,8 @@ static int addr_decode(const uint8_t *b, size_t len, struct soft_peer_addr *a)
 	return 0;
 }
 
+/* The blob carries every part this context can serve (both in "auto"),
+ * so that the peer can choose; transports come up on first use. */
 static int soft_qp_get_addr(struct tf_qp *base, void *buf, size_t *len_p)
 {
 	struct soft_qp *qp = soft_qp_of(base);
@@ -538,7 +581,10 @@ static int soft_qp_get_addr(struct tf_qp *base, void *buf, size_t *len_p)
 	return 0;
 }
 
-/* Same host and the peer's process visible from here: shm can work. */
+/* Same host and the peer's process visible from here: shm can work.
+ * Both sides decide with the same rule on each other's blob, so they agree,
+ * except across pid namespaces where only one side sees the other's pid;
+ * force TOLLFREE_SOFT_TRANSPORT=tcp there. */
 static bool shm_reachable(struct soft_ctx *ctx, const struct soft_peer_addr *p)
 {
 	if (!(p->flags & SOFT_ADDR_F_SHM) ||
@@ -547,6 +593,9 @@ static bool shm_reachable(struct soft_ctx *ctx, const struct soft_peer_addr *p)
 	return kill(p->pid, 0) == 0 || errno == EPERM;
 }
 
+/* Choose the transport from the peer's blob (shm when reachable, else
+ * tcp), connect it, and move the QP to RTS.  Work can be posted as soon as
+ * this returns; a transport that connects asynchronously queues it. */
 static int soft_qp_connect(struct tf_qp *base, const void *addr, size_t len)
 {
 	struct soft_qp *qp = soft_qp_of(base);

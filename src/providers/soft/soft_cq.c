@@ -8,17 +8,19 @@
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "soft_int.h"
 
-int soft_cq_create(struct tf_context *ctx, uint32_t depth, struct tf_cq **cq_p)
+int soft_cq_create(struct tf_context *base, uint32_t depth, struct tf_cq **cq_p)
 {
+	struct soft_ctx *ctx = soft_ctx_of(base);
+	struct epoll_event ev = {.events = EPOLLIN};
 	struct soft_cq *cq;
 	int ret;
 
-	(void)ctx;
 	cq = tf__calloc(1, sizeof(*cq));
 	if (!cq)
 		return -ENOMEM;
@@ -34,11 +36,25 @@ int soft_cq_create(struct tf_context *ctx, uint32_t depth, struct tf_cq **cq_p)
 		tf_log_error(SOFT_SUBSYS, "cq: eventfd: %m");
 		goto err_ring;
 	}
+	/* The fd users wait on: this CQ's own events, and the context's
+	 * (a peer's wake-up, a transport's sockets), which mean "call
+	 * tf_cq_poll, a completion may result". */
+	cq->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (cq->epfd < 0 || epoll_ctl(cq->epfd, EPOLL_CTL_ADD, cq->efd, &ev) ||
+	    epoll_ctl(cq->epfd, EPOLL_CTL_ADD, ctx->ev_epfd, &ev)) {
+		ret = -errno;
+		tf_log_error(SOFT_SUBSYS, "cq: epoll: %m");
+		goto err_efd;
+	}
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 	cq->base.depth = depth;
 	*cq_p = &cq->base;
 	return 0;
 
+err_efd:
+	if (cq->epfd >= 0)
+		close(cq->epfd);
+	close(cq->efd);
 err_ring:
 	tf__free(cq->ring);
 err_free:
@@ -46,10 +62,24 @@ err_free:
 	return ret;
 }
 
+/* The last armed CQ of the context is no longer armed: peers need not
+ * wake us any more.  Re-checked, since another CQ may arm meanwhile. */
+static void disarm_ctx(struct soft_ctx *ctx)
+{
+	if (atomic_fetch_sub(&ctx->n_armed, 1) != 1)
+		return;
+	atomic_store(&ctx->tpt_ctl->armed, 0);
+	if (atomic_load(&ctx->n_armed))
+		atomic_store(&ctx->tpt_ctl->armed, 1);
+}
+
 int soft_cq_destroy(struct tf_cq *base)
 {
 	struct soft_cq *cq = (struct soft_cq *)base;
 
+	if (atomic_exchange(&cq->armed, false))
+		disarm_ctx(soft_ctx_of(base->ctx));
+	close(cq->epfd);
 	close(cq->efd);
 	pthread_spin_destroy(&cq->lock);
 	tf__free(cq->ring);
@@ -91,8 +121,29 @@ int soft_cq_push(struct soft_cq *cq, const struct tf_wc *wc)
 
 		if (write(cq->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 			tf_log_warn(SOFT_SUBSYS, "cq eventfd write: %m");
+		disarm_ctx(soft_ctx_of(cq->base.ctx));
 	}
 	return ret;
+}
+
+/* Drop the completions of a QP being destroyed (as verbs providers clean
+ * the CQ in destroy_qp): their qp pointer is about to dangle. */
+void soft_cq_clean(struct soft_cq *cq, const struct tf_qp *qp)
+{
+	uint32_t mask = cq->size - 1, keep = cq->head;
+
+	pthread_spin_lock(&cq->lock);
+	for (uint32_t i = cq->head; i != cq->tail; i++) {
+		if (cq->ring[i & mask].qp == qp)
+			continue;
+		if (keep != i)
+			cq->ring[keep & mask] = cq->ring[i & mask];
+		keep++;
+	}
+	cq->tail = keep;
+	atomic_store_explicit(&cq->count, cq->tail - cq->head,
+			      memory_order_release);
+	pthread_spin_unlock(&cq->lock);
 }
 
 int soft_cq_poll(struct tf_cq *base, int n, struct tf_wc *wc)
@@ -117,7 +168,7 @@ int soft_cq_poll(struct tf_cq *base, int n, struct tf_wc *wc)
 
 int soft_cq_fd(struct tf_cq *base)
 {
-	return ((struct soft_cq *)base)->efd;
+	return ((struct soft_cq *)base)->epfd;
 }
 
 int soft_cq_arm(struct tf_cq *base)
@@ -125,13 +176,20 @@ int soft_cq_arm(struct tf_cq *base)
 	struct soft_cq *cq = (struct soft_cq *)base;
 	uint64_t v;
 
-	/* Consume events already delivered, then arm. */
-	if (read(cq->efd, &v, sizeof(v)) < 0 && errno != EAGAIN) {
+	struct soft_ctx *ctx = soft_ctx_of(base->ctx);
+
+	/* Consume events already delivered (ours and the context's wake-up),
+	 * then arm.  The caller polls once more after this, which closes
+	 * the window in which a peer saw no armed flag. */
+	if ((read(cq->efd, &v, sizeof(v)) < 0 && errno != EAGAIN) ||
+	    (read(ctx->wake_efd, &v, sizeof(v)) < 0 && errno != EAGAIN)) {
 		int ret = -errno;
 
 		tf_log_error(SOFT_SUBSYS, "cq eventfd read: %m");
 		return ret;
 	}
-	atomic_store(&cq->armed, true);
+	if (!atomic_exchange(&cq->armed, true) &&
+	    atomic_fetch_add(&ctx->n_armed, 1) == 0)
+		atomic_store(&ctx->tpt_ctl->armed, 1);
 	return 0;
 }

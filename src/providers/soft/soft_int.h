@@ -26,14 +26,15 @@
  *    takes it with trylock and skips the round when it is busy.  The list
  *    of QPs (ctx->qps) is changed only with it held, so a transport's
  *    progress may walk ctx->qps without further locking.
- *  - qp->lock protects a QP's queues and state.  post_send/post_recv take
- *    it; a transport's progress must take it (soft_qp_lock) around any call
- *    into the engine for that QP.  Engine functions below expect it held
- *    unless stated.
+ *  - qp->lock (a spinlock: soft_qp_lock/trylock/unlock, not recursive)
+ *    protects a QP's queues and state.  post_send/post_recv take it; a
+ *    transport's progress must take it around any call into the engine
+ *    for that QP.  Engine functions below expect it held unless stated.
  *  - ctx->lock protects the TPT allocation, the shared-memory table and
- *    transports' context-level state; it is never taken with a qp->lock
- *    held EXCEPT by the engine's revocation path, so transports must not
- *    take qp->lock while holding ctx->lock.
+ *    transports' context-level set-up.  Lock order: progress_lock, then
+ *    qp->lock, then ctx->lock (the engine takes ctx->lock under qp->lock
+ *    for binds and invalidations): never take a qp->lock or progress_lock
+ *    while holding ctx->lock.
  *  - A CQ has its own spinlock (completions may come from any thread).
  */
 #ifndef TOLLFREE_SOFT_INT_H
@@ -54,7 +55,7 @@ _Static_assert(sizeof(void *) == 8, "the soft provider needs 64-bit");
 /* Version of the soft provider's address blob (see soft.c for the
  * layout: little-endian, magic "TFSB"). */
 #define SOFT_ADDR_VERSION 1
-#define SOFT_PAGE_SIZE 4096ul
+#define SOFT_PAGE_SIZE	  4096ul
 
 /* Most QPs per context (QP numbers carry a generation above these bits). */
 #define SOFT_MAX_QP 4096u
@@ -85,10 +86,10 @@ enum soft_tpt_type {
 struct soft_tpt_entry {
 	_Atomic uint32_t seq; /* seqlock */
 	_Atomic uint32_t key; /* 0: invalid (free or revoked) */
-	uint32_t type;        /* enum soft_tpt_type */
+	uint32_t type;	      /* enum soft_tpt_type */
 	uint32_t pd_id;
 	uint32_t access; /* TF_ACCESS_* */
-	uint32_t qpn;    /* MW: QP the window is bound to */
+	uint32_t qpn;	 /* MW: QP the window is bound to */
 	uint64_t addr;
 	uint64_t length;
 	/* Where the memory can be mapped by a peer: index into the shared
@@ -97,7 +98,7 @@ struct soft_tpt_entry {
 	int32_t shmem_idx;
 	uint32_t shmem_gen;
 	uint64_t shmem_off; /* offset of addr inside that memfd */
-	uint64_t pad;       /* one entry per cache line */
+	uint64_t pad;	    /* one entry per cache line */
 };
 
 /* Page 0 of the TPT memfd: the only part peers may write. */
@@ -106,7 +107,13 @@ struct soft_tpt_ctl {
 	 * or flagged an error on, one of this context's QPs: progress looks
 	 * at the QPs only when it moved (or when it waits for acks). */
 	_Atomic uint64_t doorbell;
-	char pad[56];
+	/* Nonzero while some CQ of this context is armed: a peer that rang
+	 * the doorbell then also writes the context's wake eventfd
+	 * (soft_tpt_hdr.wake_fd), so that a process asleep on a CQ fd
+	 * wakes up without a progress thread.  Same line as the doorbell,
+	 * which the peer has just written. */
+	_Atomic uint32_t armed;
+	char pad[52];
 	/* A process-shared robust mutex that serializes atomics executed
 	 * on this context's memory, by initiators (shm) or by this context
 	 * for a peer (tcp): RDMA atomics are atomic with respect to each
@@ -120,10 +127,10 @@ struct soft_tpt_ctl {
 struct soft_tpt_hdr {
 	uint64_t magic;
 	uint32_t version;
-	uint32_t nslots; /* power of two */
+	uint32_t nslots;    /* power of two */
 	uint64_t ctx_nonce; /* random id of the owning context */
 	int32_t pid;
-	uint32_t pad;
+	int32_t wake_fd; /* eventfd peers write when ctl.armed */
 	/* Table of memory allocated by tf_mem_alloc that peers may map:
 	 * memfd numbers in the owner's fd table, opened by peers through
 	 * /proc/<pid>/fd/<fd>.  gen changes whenever an entry is reused, so
@@ -161,10 +168,10 @@ static inline void soft_tpt_read(const struct soft_tpt_entry *e,
 		}
 		/* A relaxed store: a plain one to an _Atomic member would be
 		 * a sequentially consistent exchange. */
-		atomic_store_explicit(&snap->key,
-				      atomic_load_explicit(&e->key,
-							   memory_order_relaxed),
-				      memory_order_relaxed);
+		atomic_store_explicit(
+			&snap->key,
+			atomic_load_explicit(&e->key, memory_order_relaxed),
+			memory_order_relaxed);
 		snap->type = e->type;
 		snap->pd_id = e->pd_id;
 		snap->access = e->access;
@@ -220,15 +227,15 @@ struct soft_pd {
 
 struct soft_mr {
 	struct tf_mr base;
-	uint32_t slot;         /* index of the MR's entry (lkey == rkey) */
-	uint64_t *pfns;        /* physical frame per page (0 if the kernel
+	uint32_t slot;	/* index of the MR's entry (lkey == rkey) */
+	uint64_t *pfns; /* physical frame per page (0 if the kernel
 				* hides them from us: no CAP_SYS_ADMIN) */
 	size_t npages;
-	uintptr_t pin_start;   /* page-aligned pinned range */
+	uintptr_t pin_start; /* page-aligned pinned range */
 	size_t pin_len;
-	atomic_int mw_bound;   /* windows currently bound over it */
+	atomic_int mw_bound; /* windows currently bound over it */
 	uint32_t pd_id;
-	int32_t shmem_idx;     /* -1 or the tf_mem_alloc region it lies in */
+	int32_t shmem_idx; /* -1 or the tf_mem_alloc region it lies in */
 	uint32_t shmem_gen;
 	uint64_t shmem_off;
 };
@@ -236,9 +243,9 @@ struct soft_mr {
 struct soft_mw {
 	struct tf_mw base;
 	bool bound;
-	uint32_t slot;          /* TPT slot while bound */
-	struct soft_mr *mr;     /* region it is bound over */
-	struct soft_qp *qp;     /* QP it is bound to */
+	uint32_t slot;	    /* TPT slot while bound */
+	struct soft_mr *mr; /* region it is bound over */
+	struct soft_qp *qp; /* QP it is bound to */
 };
 
 /* A completion queue: a ring the engine writes under the CQ lock and the
@@ -247,11 +254,12 @@ struct soft_cq {
 	struct tf_cq base;
 	pthread_spinlock_t lock;
 	struct tf_wc *ring;
-	uint32_t size;       /* power of two >= depth (the capacity) */
+	uint32_t size;	     /* power of two >= depth (the capacity) */
 	uint32_t head, tail; /* head: next to poll; tail: next free */
 	_Atomic uint32_t count;
 	bool overflow;
-	int efd;
+	int efd;  /* written when a completion arrives while armed */
+	int epfd; /* tf_cq_fd: epoll of efd and ctx->ev_epfd */
 	_Atomic bool armed;
 };
 
@@ -259,7 +267,7 @@ struct soft_cq {
 enum soft_swqe_state {
 	SOFT_WQE_POSTED = 0, /* not yet given to the transport */
 	SOFT_WQE_SUBMITTED,  /* the transport owns it until send_done */
-	SOFT_WQE_DONE,       /* completed (CQE written if needed) */
+	SOFT_WQE_DONE,	     /* completed (CQE written if needed) */
 };
 
 /* A send work queue element: a copy of the user's WR plus state. */
@@ -275,14 +283,14 @@ struct soft_swqe {
 	struct tf_send_wr bind; /* BIND_MW arguments (wr.bind_mw) */
 	uint32_t num_sge;
 	uint32_t total_len;
-	struct tf_sge *sge;     /* points into the QP's SGE array */
-	uint8_t *inline_data;   /* TF_SEND_INLINE: payload copied at post
+	struct tf_sge *sge;   /* points into the QP's SGE array */
+	uint8_t *inline_data; /* TF_SEND_INLINE: payload copied at post
 				 * (then num_sge is 0, total_len its size) */
-	uint32_t psn;           /* transport private: sequence number */
-	uint64_t t_post_ns;     /* transport private: for timeouts */
-	int state;              /* enum soft_swqe_state (engine) */
-	int tp_state;           /* transport private */
-	uint32_t retries;       /* transport private */
+	uint32_t psn;	      /* transport private: sequence number */
+	uint64_t t_post_ns;   /* transport private: for timeouts */
+	int state;	      /* enum soft_swqe_state (engine) */
+	int tp_state;	      /* transport private */
+	uint32_t retries;     /* transport private */
 };
 
 struct soft_rwqe {
@@ -295,20 +303,20 @@ struct soft_rwqe {
 /* Peer address, decoded from the blob. */
 struct soft_peer_addr {
 	uint32_t version;
-	uint32_t flags;           /* SOFT_ADDR_F_* : which parts are present */
+	uint32_t flags; /* SOFT_ADDR_F_* : which parts are present */
 	uint32_t qpn;
 	uint32_t pd_id;
-	uint32_t access;          /* the peer QP's remote access flags */
+	uint32_t access; /* the peer QP's remote access flags */
 	uint64_t ctx_nonce;
-	uint8_t host_id[16];      /* boot id: same host when equal */
+	uint8_t host_id[16]; /* boot id: same host when equal */
 	/* shm part */
 	int32_t pid;
-	int32_t tpt_fd;           /* fds in the peer's table */
+	int32_t tpt_fd; /* fds in the peer's table */
 	int32_t qp_fd;
 	/* tcp part */
-	uint8_t family;           /* 0: none, 4 or 6 */
+	uint8_t family; /* 0: none, 4 or 6 */
 	uint8_t ip[16];
-	uint16_t port;            /* host byte order once decoded */
+	uint16_t port; /* host byte order once decoded */
 };
 
 #define SOFT_ADDR_F_SHM 1u
@@ -330,18 +338,18 @@ struct soft_qp {
 	/* receive queue */
 	struct soft_rwqe *rq;
 	uint32_t rq_size, rq_head, rq_tail;
-	struct tf_sge *sq_sge, *rq_sge;  /* max_sge per WQE */
-	uint8_t *sq_inline;              /* max_inline_data per WQE */
+	struct tf_sge *sq_sge, *rq_sge; /* max_sge per WQE */
+	uint8_t *sq_inline;		/* max_inline_data per WQE */
 	struct soft_peer_addr peer;
 	bool connected;
-	bool in_list;                     /* in ctx->qps */
-	bool in_kick;                     /* engine: soft_engine_kick runs */
-	_Atomic bool kick_pending;        /* engine: retry submit in progress */
-	enum tf_wc_status recv_err;       /* engine: status for senders once a
+	bool in_list;		    /* in ctx->qps */
+	bool in_kick;		    /* engine: soft_engine_kick runs */
+	_Atomic bool kick_pending;  /* engine: retry submit in progress */
+	enum tf_wc_status recv_err; /* engine: status for senders once a
 					   * receive failed its local check */
 	const struct soft_transport_ops *tp; /* chosen at connect */
-	void *tp_priv;                    /* transport state */
-	void *shm_seg;                    /* shm: own segment (soft_shm.c) */
+	void *tp_priv;			     /* transport state */
+	void *shm_seg;			     /* shm: own segment (soft_shm.c) */
 	int shm_seg_fd;
 	size_t shm_seg_size;
 };
@@ -356,7 +364,7 @@ struct soft_xlate {
 
 struct soft_ctx {
 	struct tf_context base;
-	pthread_mutex_t lock;       /* TPT allocation, shmem table */
+	pthread_mutex_t lock;	       /* TPT allocation, shmem table */
 	pthread_mutex_t progress_lock; /* progress; ctx->qps changes */
 	uint64_t nonce;
 	uint8_t host_id[16];
@@ -367,8 +375,8 @@ struct soft_ctx {
 	struct soft_tpt_ctl *tpt_ctl;
 	struct soft_tpt_hdr *tpt;
 	uint32_t tpt_mask;
-	atomic_uint n_keys;         /* live TPT entries (bounded) */
-	void **slot_owner;          /* private: soft_mr / soft_mw per slot */
+	atomic_uint n_keys; /* live TPT entries (bounded) */
+	void **slot_owner;  /* private: soft_mr / soft_mw per slot */
 	/* Slot + 1 that a target-side access (soft_tpt_check_local) is
 	 * using, 0 if none: the revoker waits for it (Dekker, as shm). */
 	_Atomic uint32_t local_active;
@@ -378,15 +386,21 @@ struct soft_ctx {
 	uint32_t qp_gen;
 	struct soft_qp **qps;
 	uint32_t n_qps;
-	atomic_uint n_kick;         /* QPs with kick_pending set */
+	atomic_uint n_kick; /* QPs with kick_pending set */
 	struct soft_xlate xlate;
 	/* transports: created lazily (ctx_init under ctx->lock) */
 	void *shm_priv;
 	void *tcp_priv;
 	_Atomic bool shm_up, tcp_up; /* set once, after ctx_init */
-	atomic_uint n_tcp_qps;      /* QPs connected over tcp */
-	_Atomic uint32_t tick;      /* progress calls, for rare work */
-	bool want_shm, want_tcp;    /* from TOLLFREE_SOFT_TRANSPORT */
+	atomic_uint n_tcp_qps;	     /* QPs connected over tcp */
+	_Atomic uint32_t tick;	     /* progress calls, for rare work */
+	bool want_shm, want_tcp;     /* from TOLLFREE_SOFT_TRANSPORT */
+	/* Waking a process asleep on a CQ fd (no progress thread): peers
+	 * write wake_efd; ev_epfd holds it and the transports' wait_fds and
+	 * is nested into every CQ's epoll fd. */
+	int wake_efd;
+	int ev_epfd;
+	atomic_uint n_armed; /* armed CQs */
 	pthread_t progress_thread;
 	bool progress_running;
 	atomic_bool progress_stop;
@@ -446,7 +460,7 @@ static inline void soft_qp_unlock(struct soft_qp *qp)
 /* Fields written under qp->lock that progress also reads without it, as
  * hints (re-checked under the lock): relaxed atomic accesses, so that the
  * race is defined (and ThreadSanitizer-clean). */
-#define SOFT_READ_ONCE(_x) __atomic_load_n(&(_x), __ATOMIC_RELAXED)
+#define SOFT_READ_ONCE(_x)	__atomic_load_n(&(_x), __ATOMIC_RELAXED)
 #define SOFT_WRITE_ONCE(_x, _v) __atomic_store_n(&(_x), (_v), __ATOMIC_RELAXED)
 
 static inline void soft_qp_set_state(struct soft_qp *qp, enum tf_qp_state st)
@@ -456,11 +470,11 @@ static inline void soft_qp_set_state(struct soft_qp *qp, enum tf_qp_state st)
 
 /* Add to a counter that only the holder of a lock updates (a plain load
  * and store instead of a locked add; readers see a whole value). */
-#define SOFT_STAT_ADD_LOCKED(_obj, _field, _n)                                 \
-	atomic_store_explicit(                                                 \
-		&(_obj)->_field,                                               \
-		atomic_load_explicit(&(_obj)->_field, memory_order_relaxed) +  \
-			(_n),                                                  \
+#define SOFT_STAT_ADD_LOCKED(_obj, _field, _n)                                \
+	atomic_store_explicit(                                                \
+		&(_obj)->_field,                                              \
+		atomic_load_explicit(&(_obj)->_field, memory_order_relaxed) + \
+			(_n),                                                 \
 		memory_order_relaxed)
 
 /* ---------------------------------------------------------------- transports */
@@ -504,6 +518,13 @@ struct soft_transport_ops {
 	 * in error anyway), may tell the peer, and at destroy frees
 	 * qp->tp_priv. */
 	void (*qp_fini)(struct soft_qp *qp);
+	/* Optional: a file descriptor that becomes readable when progress
+	 * has inbound work (tcp: the epoll fd of its sockets), or -1.  It is
+	 * nested (epoll) into every CQ's fd, so that an event loop asleep on
+	 * tf_cq_fd() wakes up for remote events without a progress thread
+	 * (then it calls tf_cq_poll, which makes the progress).  Called once,
+	 * after ctx_init. */
+	int (*wait_fd)(struct soft_ctx *ctx);
 };
 
 extern const struct soft_transport_ops soft_shm_transport;
@@ -528,7 +549,9 @@ void soft_engine_send_done(struct soft_qp *qp, struct soft_swqe *wqe,
  * For RDMA_WRITE_WITH_IMM nothing is scattered (@data is ignored, the data
  * was placed by the write) and @len is the write's length (byte_len).
  * For SEND_WITH_INV, @inv_rkey is invalidated (it must name a window bound
- * to @qp) before the completion is written.
+ * to @qp) before the completion is written.  If it does not, rxe's class J
+ * is followed: the receive completes with TF_WC_REM_INV_REQ_ERR, @qp goes
+ * to error, and TF_WC_SUCCESS is returned (the sender is ACKed).
  * Returns TF_WC_SUCCESS, or the status to report to the sender:
  *   TF_WC_RNR_RETRY_EXC_ERR  no receive posted; nothing consumed, the
  *                            caller decides whether to retry (and counts
@@ -536,22 +559,20 @@ void soft_engine_send_done(struct soft_qp *qp, struct soft_swqe *wqe,
  *   TF_WC_REM_INV_REQ_ERR    the message does not fit: the receive
  *                            completes with LOC_LEN_ERR and @qp goes to
  *                            error;
- *   TF_WC_REM_OP_ERR         SEND_WITH_INV names a bad key, or the
- *                            receive buffers fail their lkey check: the
- *                            receive completes with LOC_QP_OP_ERR (bad
- *                            key) or LOC_PROT_ERR (buffers) and @qp goes
- *                            to error;
+ *   TF_WC_REM_OP_ERR         the receive buffers fail their lkey check:
+ *                            the receive completes with LOC_QP_OP_ERR
+ *                            (rxe: class A) and @qp goes to error;
  *   TF_WC_WR_FLUSH_ERR       @qp is not able to receive (error state).
  * Counts bytes_in. */
 enum tf_wc_status soft_engine_recv(struct soft_qp *qp, enum tf_wr_opcode op,
-				   const void *data, uint32_t len,
-				   uint32_t imm, uint32_t inv_rkey);
+				   const void *data, uint32_t len, uint32_t imm,
+				   uint32_t inv_rkey);
 
 /* Two-step variant for transports that scatter themselves (e.g. straight
  * from a socket or with process_vm_readv): peek returns the receive WQE
  * that the next message would consume, its buffers checked against the
  * TPT; or NULL if none, if @qp cannot receive, or if the buffers failed
- * the check (then the receive completed with LOC_PROT_ERR and @qp is in
+ * the check (then the receive completed with LOC_QP_OP_ERR and @qp is in
  * error).  The caller checks @len <= rwqe->total_len, scatters (see
  * soft_sge_scatter), then commits.  Commit consumes it exactly as
  * soft_engine_recv would after the copy (including the length error when
@@ -581,10 +602,10 @@ void soft_engine_qp_error(struct soft_qp *qp, enum tf_wc_status why);
  * at the responder, as rxe does); the caller only sends the NAK (the
  * requester then completes with TF_WC_REM_ACCESS_ERR).
  * Returns TF_WC_SUCCESS or TF_WC_REM_ACCESS_ERR.  Needs qp->lock. */
-enum tf_wc_status soft_tpt_check_local(struct soft_ctx *ctx,
-				       struct soft_qp *qp, uint32_t rkey,
-				       uint64_t addr, uint64_t len,
-				       unsigned access, void **local_p);
+enum tf_wc_status soft_tpt_check_local(struct soft_ctx *ctx, struct soft_qp *qp,
+				       uint32_t rkey, uint64_t addr,
+				       uint64_t len, unsigned access,
+				       void **local_p);
 
 /* End of the access a successful soft_tpt_check_local() opened.  (If a
  * transport forgets it, the access counts as open until its progress
@@ -631,7 +652,9 @@ struct soft_qp *soft_ctx_qp(struct soft_ctx *ctx, uint32_t qpn);
  * (engine files only) */
 
 int soft_cq_push(struct soft_cq *cq, const struct tf_wc *wc);
-int soft_cq_create(struct tf_context *ctx, uint32_t depth, struct tf_cq **cq_p);
+void soft_cq_clean(struct soft_cq *cq, const struct tf_qp *qp);
+int soft_cq_create(struct tf_context *base, uint32_t depth,
+		   struct tf_cq **cq_p);
 int soft_cq_destroy(struct tf_cq *cq);
 int soft_cq_poll(struct tf_cq *cq, int n, struct tf_wc *wc);
 int soft_cq_fd(struct tf_cq *cq);
@@ -692,9 +715,9 @@ void soft_shm_qp_destroy(struct soft_qp *qp);
  * followed by the opcode's fixed fields (hdr_size covers both) and then
  * @size bytes of payload.
  */
-#define SOFT_TCP_VERSION 1
+#define SOFT_TCP_VERSION    1
 #define SOFT_TCP_HDR_COMMON 16
-#define SOFT_TCP_HDR_MAX 48
+#define SOFT_TCP_HDR_MAX    48
 
 enum soft_tcp_op {
 	SOFT_TCP_OP_HELLO = 1,       /* connector -> acceptor, first frame */
@@ -754,6 +777,13 @@ int soft_tcp_encode_hdr(const struct soft_tcp_hdr *h, void *buf);
  * The smaller (nonce, qpn) pair connects. */
 bool soft_tcp_is_connector(uint64_t my_nonce, uint32_t my_qpn,
 			   uint64_t peer_nonce, uint32_t peer_qpn);
+/* An fd that is readable while tcp progress has something to do (the
+ * transport's epoll set: inbound data, connections, writable sockets with
+ * queued frames), or -1 before the transport is up.  Offered so that the
+ * engine can add it to a CQ's wait set (epoll nests) and tf_cq_fd wakes a
+ * sleeping event loop for inbound tcp traffic without a progress thread
+ * (tests/conf_cq_event). */
+int soft_tcp_event_fd(struct soft_ctx *ctx);
 /* end of the block requested by tcp transport */
 
 #endif /* TOLLFREE_SOFT_INT_H */

@@ -127,6 +127,8 @@ void soft_engine_qp_error(struct soft_qp *qp, enum tf_wc_status why)
 	flush_rq(qp);
 }
 
+/* A failed WQE always completes (signalled or not) and takes the QP to
+ * error; a successful one completes only if signalled, as in verbs. */
 void soft_engine_send_done(struct soft_qp *qp, struct soft_swqe *wqe,
 			   enum tf_wc_status status)
 {
@@ -260,8 +262,8 @@ int soft_engine_progress(struct soft_ctx *ctx)
 /*
  * The receive WQE's buffers are checked when a message arrives, as a NIC
  * does (an lkey may be revoked after the post): a bad one completes the
- * receive with LOC_PROT_ERR, moves the QP to error, and the sender is told
- * TF_WC_REM_OP_ERR.
+ * receive with LOC_QP_OP_ERR, moves the QP to error, and the sender is
+ * told TF_WC_REM_OP_ERR (rxe's responder: a malformed WQE is class A).
  */
 struct soft_rwqe *soft_engine_recv_peek(struct soft_qp *qp)
 {
@@ -275,7 +277,7 @@ struct soft_rwqe *soft_engine_recv_peek(struct soft_qp *qp)
 	if (soft_sge_check(qp, rwqe->sge, rwqe->num_sge,
 			   TF_ACCESS_LOCAL_WRITE) != TF_WC_SUCCESS) {
 		qp->rq_head++;
-		push_recv_cqe(qp, rwqe, TF_WC_LOC_PROT_ERR);
+		push_recv_cqe(qp, rwqe, TF_WC_LOC_QP_OP_ERR);
 		qp->recv_err = TF_WC_REM_OP_ERR;
 		soft_engine_qp_error(qp, TF_WC_WR_FLUSH_ERR);
 		return NULL;
@@ -304,6 +306,8 @@ enum tf_wc_status soft_engine_recv_commit(struct soft_qp *qp,
 		return no_rwqe_status(qp);
 	rwqe = soft_rq_wqe(qp, qp->rq_head);
 	wc.wr_id = rwqe->wr_id;
+	/* The receive is consumed whatever happens next: a length or key
+	 * error completes it with an error status. */
 	qp->rq_head++;
 	if (op != TF_WR_RDMA_WRITE_WITH_IMM && len > rwqe->total_len) {
 		tf_log_debug(SOFT_SUBSYS,
@@ -324,11 +328,15 @@ enum tf_wc_status soft_engine_recv_commit(struct soft_qp *qp,
 	}
 	if (op == TF_WR_SEND_WITH_INV) {
 		if (soft_remote_inv(qp, inv_rkey) != TF_WC_SUCCESS) {
-			wc.status = TF_WC_LOC_QP_OP_ERR;
+			/* As rxe's responder (class J): the receive completes
+			 * with REM_INV_REQ_ERR and the QP goes to error, but
+			 * the message itself was accepted: the sender gets
+			 * its ACK. */
+			wc.status = TF_WC_REM_INV_REQ_ERR;
 			wc.byte_len = 0;
 			soft_cq_push((struct soft_cq *)qp->base.recv_cq, &wc);
 			soft_engine_qp_error(qp, TF_WC_WR_FLUSH_ERR);
-			return TF_WC_REM_OP_ERR;
+			return TF_WC_SUCCESS;
 		}
 		wc.flags |= TF_WC_WITH_INV;
 		wc.invalidated_rkey = inv_rkey;
@@ -402,6 +410,8 @@ void soft_wqe_gather(const struct soft_swqe *wqe, uint64_t off, void *dst,
 
 /* ------------------------------------------------------------ QP objects */
 
+/* Queues are allocated whole at create time (power-of-two rings of the
+ * requested depth), so that posting never allocates. */
 int soft_qp_create(struct tf_pd *pd, const struct tf_qp *attr,
 		   struct tf_qp **qp_p)
 {
@@ -523,6 +533,9 @@ int soft_qp_destroy(struct tf_qp *base)
 			soft_mw_bind_cancel(qp, wqe);
 	}
 	soft_shm_qp_destroy(qp);
+	soft_cq_clean((struct soft_cq *)qp->base.send_cq, &qp->base);
+	if (qp->base.recv_cq != qp->base.send_cq)
+		soft_cq_clean((struct soft_cq *)qp->base.recv_cq, &qp->base);
 	tf__free(qp->sq_inline);
 	tf__free(qp->rq_sge);
 	tf__free(qp->sq_sge);
@@ -556,7 +569,9 @@ static bool is_atomic(enum tf_wr_opcode op)
 	return op == TF_WR_ATOMIC_FETCH_ADD || op == TF_WR_ATOMIC_CMP_SWP;
 }
 
-/* Check one WR and copy it into @wqe.  Returns 0 or -errno. */
+/* Check one WR and copy it into @wqe.  Returns 0 or -errno.  The WR is
+ * the caller's memory and may be reused once the post returns, so
+ * everything the engine needs later is copied, SGE lists included. */
 static int fill_wqe(struct soft_qp *qp, const struct tf_send_wr *wr,
 		    struct soft_swqe *wqe)
 {
@@ -646,6 +661,13 @@ static int fill_wqe(struct soft_qp *qp, const struct tf_send_wr *wr,
 	return 0;
 }
 
+/*
+ * Queue the chain, then start what can start.  Requests are checked at
+ * post time (malformed ones fail the post, as in verbs); the lkeys are
+ * checked when a request starts, and fail its completion instead.  The
+ * fast path of a WRITE on shm completes inside this call: no thread, no
+ * system call, no allocation.
+ */
 int soft_post_send(struct tf_qp *base, struct tf_send_wr *wr,
 		   struct tf_send_wr **bad_wr_p)
 {
@@ -691,6 +713,7 @@ int soft_post_send(struct tf_qp *base, struct tf_send_wr *wr,
 		wqe->state = SOFT_WQE_POSTED;
 		qp->sq_tail++;
 	}
+	/* In the error state work is accepted and flushed at once (verbs). */
 	if (qp->base.state == TF_QPS_ERR)
 		flush_sq(qp, first, TF_WC_WR_FLUSH_ERR);
 	else

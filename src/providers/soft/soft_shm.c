@@ -29,7 +29,19 @@
  *
  * Peer death: a pidfd per peer context is polled every few milliseconds
  * from progress; a dead peer's QPs go to error (outstanding work completes
- * with TF_WC_RETRY_EXC_ERR, the rest is flushed).
+ * with TF_WC_RETRY_EXC_ERR, the rest is flushed).  The QP's transport
+ * timeout is not used: a live peer acknowledges when it next makes
+ * progress (or its progress thread does), so only death fails work.
+ *
+ * A process asleep on a CQ fd (no progress thread) is woken by its peers:
+ * while one of its CQs is armed, a peer that rings its doorbell or
+ * acknowledges its messages also writes its wake eventfd, duplicated with
+ * pidfd_getfd (the same permission as process_vm_*: same user, or
+ * CAP_SYS_PTRACE, and a Yama ptrace_scope that allows it).
+ *
+ * Counters: the target of a one-sided operation does no work, so its
+ * bytes_in does not see WRITEs; remote_access_denied is counted by the
+ * target when it learns of the failed check (peer_err).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -114,6 +126,8 @@ struct shm_peer {
 	uint64_t nonce;
 	pid_t pid;
 	int pidfd;
+	_Atomic int wake_fd; /* the peer's wake eventfd: -1 not opened yet,
+			      * -2 cannot be opened */
 	int refs;
 	_Atomic bool dead;
 	struct soft_tpt_ctl *ctl;	/* read-write page */
@@ -125,6 +139,9 @@ struct shm_peer {
 		uint8_t *base;
 		size_t size;
 	} map[SOFT_MAX_SHMEM];
+	/* Guards creating mappings.  Not ctx->lock: a revoker holds that
+	 * while it waits for accesses, and an access may be mapping. */
+	pthread_mutex_t map_lock;
 	struct shm_old_map {
 		struct shm_old_map *next;
 		void *base;
@@ -399,6 +416,9 @@ static void peer_free(struct shm_peer *p)
 		munmap((void *)p->tpt, p->tpt_size);
 	if (p->pidfd >= 0)
 		close(p->pidfd);
+	if (atomic_load(&p->wake_fd) >= 0)
+		close(atomic_load(&p->wake_fd));
+	pthread_mutex_destroy(&p->map_lock);
 	tf__free(p);
 }
 
@@ -423,6 +443,8 @@ static int peer_get(struct soft_ctx *ctx, const struct soft_peer_addr *a,
 	if (!p)
 		return -ENOMEM;
 	p->pidfd = -1;
+	atomic_init(&p->wake_fd, -1);
+	pthread_mutex_init(&p->map_lock, NULL);
 	p->pid = a->pid;
 	p->nonce = a->ctx_nonce;
 	fd = open_peer_fd(a->pid, a->tpt_fd, &st);
@@ -513,13 +535,12 @@ static bool peer_dead(struct shm_peer *p)
 
 /*
  * The address in this process of tf_mem_alloc region @idx of the peer, at
- * generation @gen, mapping it on first use (slow path, under ctx->lock).
+ * generation @gen, mapping it on first use (slow path, under map_lock).
  * NULL if it cannot be mapped (then process_vm_* is used).  Replaced
  * mappings are kept until the peer is released, because another thread
  * may still be copying through them.
  */
-static uint8_t *peer_map(struct soft_ctx *ctx, struct shm_peer *p, int32_t idx,
-			 uint32_t gen)
+static uint8_t *peer_map(struct shm_peer *p, int32_t idx, uint32_t gen)
 {
 	typeof(p->tpt->shmem[0]) const *e;
 	uint8_t *base = NULL;
@@ -531,7 +552,7 @@ static uint8_t *peer_map(struct soft_ctx *ctx, struct shm_peer *p, int32_t idx,
 		return NULL;
 	if (atomic_load_explicit(&p->map[idx].gen, memory_order_acquire) == gen)
 		return p->map[idx].base;
-	pthread_mutex_lock(&ctx->lock);
+	pthread_mutex_lock(&p->map_lock);
 	if (atomic_load(&p->map[idx].gen) == gen) {
 		base = p->map[idx].base;
 		goto out;
@@ -567,7 +588,7 @@ static uint8_t *peer_map(struct soft_ctx *ctx, struct shm_peer *p, int32_t idx,
 	atomic_store_explicit(&p->map[idx].gen, gen, memory_order_release);
 	base = m;
 out:
-	pthread_mutex_unlock(&ctx->lock);
+	pthread_mutex_unlock(&p->map_lock);
 	return base;
 }
 
@@ -642,7 +663,8 @@ static int shm_connect(struct soft_qp *qp)
 	s->rx_seq = atomic_load(&own_seg(qp)->ack_seq);
 	s->my_nak_gen = atomic_load(&own_seg(qp)->nak_gen);
 	soft_qp_lock(qp);
-	SOFT_WRITE_ONCE(qp->tp_priv, s);
+	/* Release: the hint reads of progress see an initialized state. */
+	__atomic_store_n(&qp->tp_priv, s, __ATOMIC_RELEASE);
 	soft_qp_unlock(qp);
 	return 0;
 
@@ -682,11 +704,50 @@ static void shm_qp_fini(struct soft_qp *qp)
 	qp->tp_priv = NULL;
 }
 
-/* Tell the peer context that one of its QPs has something to see. */
+/* The peer sleeps on a CQ fd: write its wake eventfd (opened on first
+ * use).  A system call, but only while the peer has armed a CQ. */
+static void wake_peer(struct shm_peer *p)
+{
+	int fd = atomic_load_explicit(&p->wake_fd, memory_order_acquire);
+	uint64_t one = 1;
+
+	if (fd == -1) {
+		int expect = -1, nfd = -2;
+
+		/* An eventfd cannot be reopened through /proc (it is no
+		 * file); pidfd_getfd duplicates it, with the same permission
+		 * check as process_vm_writev. */
+		if (p->tpt->wake_fd >= 0 && p->pidfd >= 0)
+			nfd = (int)syscall(SYS_pidfd_getfd, p->pidfd,
+					   p->tpt->wake_fd, 0);
+		if (nfd < 0) {
+			tf_log_debug(SOFT_SUBSYS,
+				     "shm: cannot get peer %d's wake fd: %m",
+				     (int)p->pid);
+			nfd = -2;
+		}
+		if (!atomic_compare_exchange_strong(&p->wake_fd, &expect,
+						    nfd)) {
+			if (nfd >= 0)
+				close(nfd);
+			nfd = expect;
+		}
+		fd = nfd;
+	}
+	if (fd >= 0 && write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		tf_log_debug(SOFT_SUBSYS, "shm: waking peer %d: %m",
+			     (int)p->pid);
+}
+
+/* Tell the peer context that one of its QPs has something to see.  The
+ * doorbell update is a full barrier, so the armed flag read after it
+ * pairs with the peer's "arm, then poll once more". */
 static void ring_doorbell(struct shm_qp *s)
 {
 	atomic_fetch_add_explicit(&s->peer->ctl->doorbell, 1,
-				  memory_order_release);
+				  memory_order_seq_cst);
+	if (atomic_load_explicit(&s->peer->ctl->armed, memory_order_relaxed))
+		wake_peer(s->peer);
 }
 
 /* ------------------------------------------------------------ one-sided */
@@ -805,7 +866,7 @@ static enum tf_wc_status shm_one_sided(struct soft_qp *qp, struct shm_qp *s,
 	 * work. */
 	soft_xlate_touch(ctx, addr, len);
 	if (snap.shmem_idx >= 0) {
-		tgt = peer_map(ctx, p, snap.shmem_idx, snap.shmem_gen);
+		tgt = peer_map(p, snap.shmem_idx, snap.shmem_gen);
 		if (tgt)
 			tgt += snap.shmem_off + (addr - snap.addr);
 	}
@@ -922,7 +983,7 @@ static int ring_send(struct soft_qp *qp, struct shm_qp *s,
 	SOFT_WRITE_ONCE(s->n_inflight, s->n_inflight + 1);
 	atomic_store_explicit(
 		&((struct shm_ctx *)qp->ctx->shm_priv)->any_pending, true,
-		memory_order_relaxed);
+		memory_order_release);
 	ring_doorbell(s);
 	return 0;
 }
@@ -1029,9 +1090,9 @@ static void nak(struct soft_qp *qp, struct shm_qp *s, uint64_t seq,
 /* Deliver a pulled (large) SEND: read the sender's buffers straight into
  * the receive WQE. */
 static enum tf_wc_status deliver_pull(struct soft_qp *qp, struct shm_qp *s,
-				      const struct shm_msg *m)
+				      const struct shm_msg *m,
+				      const struct shm_iov *riov)
 {
-	const struct shm_iov *riov = (const struct shm_iov *)(m + 1);
 	struct iovec l[SHM_MAX_PULL_SGE], r[SHM_MAX_PULL_SGE];
 	struct soft_rwqe *rwqe = soft_engine_recv_peek(qp);
 	unsigned long nl = 0, nr = 0;
@@ -1040,6 +1101,12 @@ static enum tf_wc_status deliver_pull(struct soft_qp *qp, struct shm_qp *s,
 	if (!rwqe || m->len > rwqe->total_len)
 		return soft_engine_recv_commit(qp, m->op, m->len, m->imm,
 					       m->inv_rkey);
+	/* The sender's buffers live only as long as its QP: a destroyed
+	 * sender means a lost connection, as a dead peer does. */
+	if (atomic_load(&s->rseg->state) == SEG_DEAD) {
+		soft_engine_qp_error(qp, TF_WC_RETRY_EXC_ERR);
+		return TF_WC_WR_FLUSH_ERR;
+	}
 	for (uint32_t i = 0; i < rwqe->num_sge && nl < SHM_MAX_PULL_SGE; i++)
 		if (rwqe->sge[i].length)
 			l[nl++] = (struct iovec){
@@ -1095,9 +1162,13 @@ static enum tf_wc_status deliver_pull(struct soft_qp *qp, struct shm_qp *s,
 	return soft_engine_recv_commit(qp, m->op, m->len, m->imm, m->inv_rkey);
 }
 
-/* Check a record the peer wrote: every field is the peer's word. */
+/* Check a record the peer wrote: every field is the peer's word.  @m is
+ * our private copy of the header (the peer could change the ring under
+ * us); a pulled message's buffer list is copied into @iov and checked
+ * there. */
 static bool msg_valid(struct soft_qp *qp, struct shm_qp *s,
-		      const struct shm_msg *m, uint64_t avail, uint32_t off)
+		      const struct shm_msg *m, const uint8_t *rec,
+		      struct shm_iov *iov, uint64_t avail, uint32_t off)
 {
 	uint32_t rsize = own_seg(qp)->ring_size;
 	uint64_t sum = 0;
@@ -1124,13 +1195,31 @@ static bool msg_valid(struct soft_qp *qp, struct shm_qp *s,
 	if (m->nsge > SHM_MAX_PULL_SGE ||
 	    sizeof(*m) + m->nsge * sizeof(struct shm_iov) > m->size)
 		return false;
-	for (uint32_t i = 0; i < m->nsge; i++)
-		sum += ((const struct shm_iov *)(m + 1))[i].len;
+	memcpy(iov, rec + sizeof(*m), m->nsge * sizeof(struct shm_iov));
+	for (uint32_t i = 0; i < m->nsge; i++) {
+		if (iov[i].len > m->len)
+			return false;
+		sum += iov[i].len;
+	}
 	return sum == m->len;
 }
 
 /* Receiver side: consume our inbound ring.  qp->lock. */
+static int rx_progress_one(struct soft_qp *qp, struct shm_qp *s);
+
+/* Receiver side, and then a wake-up for a sender asleep on its CQ fd
+ * waiting for our acknowledgements. */
 static int rx_progress(struct soft_qp *qp, struct shm_qp *s)
+{
+	int n = rx_progress_one(qp, s);
+
+	if (n &&
+	    atomic_load_explicit(&s->peer->ctl->armed, memory_order_seq_cst))
+		wake_peer(s->peer);
+	return n;
+}
+
+static int rx_progress_one(struct soft_qp *qp, struct shm_qp *s)
 {
 	struct shm_seg *seg = own_seg(qp);
 	uint8_t *ring = own_ring(qp);
@@ -1138,6 +1227,16 @@ static int rx_progress(struct soft_qp *qp, struct shm_qp *s)
 	int n = 0;
 
 	if (s->rnr_stalled) {
+		if (atomic_load_explicit(&s->rseg->state,
+					 memory_order_relaxed) != SEG_LIVE) {
+			/* The sender gave up (its QP is in error or gone):
+			 * nobody waits for what is left in the ring. */
+			s->rnr_stalled = false;
+			SOFT_WRITE_ONCE(s->rx_head, atomic_load(&seg->tail));
+			atomic_store_explicit(&seg->head, s->rx_head,
+					      memory_order_release);
+			return 1;
+		}
 		if (atomic_load_explicit(&seg->rnr_go, memory_order_acquire) !=
 		    s->my_nak_gen)
 			return 0;
@@ -1147,13 +1246,16 @@ static int rx_progress(struct soft_qp *qp, struct shm_qp *s)
 		uint64_t tail =
 			atomic_load_explicit(&seg->tail, memory_order_acquire);
 		uint32_t off = (uint32_t)(s->rx_head & mask);
-		const struct shm_msg *m = (const struct shm_msg *)(ring + off);
+		struct shm_iov iov[SHM_MAX_PULL_SGE];
+		struct shm_msg mh, *m = &mh;
 		enum tf_wc_status st;
 
 		if (tail == s->rx_head)
 			break;
+		memcpy(&mh, ring + off, sizeof(mh));
 		if (tail - s->rx_head > seg->ring_size ||
-		    !msg_valid(qp, s, m, tail - s->rx_head, off)) {
+		    !msg_valid(qp, s, m, ring + off, iov, tail - s->rx_head,
+			       off)) {
 			tf_log_error(SOFT_SUBSYS,
 				     "qp %#x: malformed message from the peer",
 				     qp->base.qpn);
@@ -1168,10 +1270,11 @@ static int rx_progress(struct soft_qp *qp, struct shm_qp *s)
 			continue;
 		}
 		if (m->pull)
-			st = deliver_pull(qp, s, m);
+			st = deliver_pull(qp, s, m, iov);
 		else
-			st = soft_engine_recv(qp, m->op, m + 1, m->len, m->imm,
-					      m->inv_rkey);
+			st = soft_engine_recv(qp, m->op,
+					      ring + off + sizeof(mh), m->len,
+					      m->imm, m->inv_rkey);
 		n++;
 		if (st == TF_WC_RNR_RETRY_EXC_ERR) {
 			/* Leave it at the head; the sender decides. */
@@ -1270,7 +1373,10 @@ static int shm_progress(struct soft_ctx *ctx)
 			      atomic_load_explicit(&ctx->tpt_ctl->doorbell,
 						   memory_order_acquire),
 			      memory_order_relaxed);
-	atomic_store(&sc->any_pending, false);
+	atomic_store_explicit(&sc->any_pending, false, memory_order_relaxed);
+	/* Order the flag's clearing before our reads of the QPs (a store
+	 * then loads: only a full fence does that). */
+	atomic_thread_fence(memory_order_seq_cst);
 	for (uint32_t i = 0; i < ctx->n_qps; i++) {
 		struct soft_qp *qp = ctx->qps[i];
 
@@ -1285,7 +1391,7 @@ static int shm_progress(struct soft_ctx *ctx)
 		 * a few loads of lines that stay in this core's cache.  The
 		 * reads race with the QP's owner; they are hints only and
 		 * everything is read again under the lock. */
-		h = SOFT_READ_ONCE(qp->tp_priv);
+		h = __atomic_load_n(&qp->tp_priv, __ATOMIC_ACQUIRE);
 		seg = own_seg(qp);
 		if (!check && h && !READ_ONCE(h->n_inflight) &&
 		    atomic_load_explicit(&seg->tail, memory_order_relaxed) ==
@@ -1304,7 +1410,8 @@ static int shm_progress(struct soft_ctx *ctx)
 		soft_qp_unlock(qp);
 	}
 	if (pending)
-		atomic_store(&sc->any_pending, true);
+		atomic_store_explicit(&sc->any_pending, true,
+				      memory_order_relaxed);
 	return n;
 }
 

@@ -26,6 +26,23 @@
  * then drops every request until that PSN comes again (go-back-N, as IB
  * does), and the requester re-sends from there after a short delay.
  *
+ * Failure.  A malformed or out-of-place frame, a reset, or EOF while work
+ * is outstanding fails the QP: the oldest outstanding send WQE completes
+ * with RETRY_EXC (REM_OP for a protocol violation), the rest are flushed.
+ * A clean EOF with nothing outstanding leaves the QP as it is, as on RC
+ * hardware, until it next sends (then RETRY_EXC).  A requester that sees
+ * no progress for the QP's timeout_ms fails the same way, so a peer that
+ * stops reading cannot hold the sender.  A QP in error closes its socket
+ * after the last NAK has drained (the peer then sees EOF).
+ *
+ * Placement.  A frame is executed only once it is completely in the
+ * receive buffer, so the access check and the copy into registered memory
+ * happen in one step of one progress call (a revocation waits for at most
+ * one memcpy, never for the peer).  READ data goes to the socket straight
+ * from the region; what the socket does not take is copied into the send
+ * queue.  Requests send the user's memory directly (writev of header and
+ * SGEs); it stays valid until the WQE completes.
+ *
  * Locking (see soft_int.h).  Context-level state (lists of connections,
  * the epoll set) changes only under ctx->progress_lock.  A connection
  * attached to a QP is protected by qp->lock: submit runs under it, and
@@ -107,12 +124,14 @@ struct tcp_conn {
 	bool dead;	    /* in the graveyard */
 	bool work;	    /* service at the next pass without an event */
 	bool shut;	    /* shutdown(SHUT_WR) done */
+	bool broken; /* a send failed outside progress: fail at next pass */
 	bool have_hello;
 	struct soft_tcp_hdr hello;
 	uint64_t deadline_ns; /* pending or lingering: close after */
 	/* receive: valid bytes are rx[rx_off, rx_off + rx_len) */
 	uint8_t *rx;
 	size_t rx_cap, rx_off, rx_len;
+	uint64_t rx_big_ns; /* last time a large frame needed a big buffer */
 	bool throttled;
 	/* send queue */
 	struct tcp_txe *txq, **txq_tail;
@@ -652,8 +671,14 @@ static int tcp_send_frame(struct tcp_conn *c, const uint8_t *hdr, uint32_t hlen,
 		} while (n < 0 && errno == EINTR);
 		if (vp != v)
 			tf__free(vp);
-		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
-			return 0; /* broken: EPOLLERR will tell progress */
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+			/* The frame is lost, so the stream is: progress fails
+			 * the connection (submit must not fail the QP). */
+			c->broken = true;
+			atomic_store_explicit(&c->tc->kick, true,
+					      memory_order_release);
+			return 0;
+		}
 		if (n > 0) {
 			c->last_act_ns = tf__now_ns();
 			sent = n;
@@ -827,6 +852,32 @@ static int tcp_push_requests(struct tcp_conn *c)
 /* ---------------------------------------------------------------- teardown */
 
 /*
+ * Close a connection whose send queue is empty: FIN after what the kernel
+ * still holds, and the socket closed now, so that a destroyed QP does not
+ * keep a descriptor until the peer reacts.  What the peer sent and nobody
+ * will read is drained first, since closing over unread data would reset
+ * the stream instead.  progress_lock.
+ */
+static void tcp_close_soft(struct tcp_conn *c)
+{
+	char buf[4096];
+	int i;
+
+	if (c->fd >= 0) {
+		if (!c->shut)
+			shutdown(c->fd, SHUT_WR);
+		c->shut = true;
+		for (i = 0; i < 256; i++) {
+			ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+			if (n <= 0 && !(n < 0 && errno == EINTR))
+				break;
+		}
+	}
+	tcp_conn_bury(c);
+}
+
+/*
  * Detach @c from its QP (which is, or is about to be, in error): the engine's
  * WQEs are forgotten, queued requests are dropped (their memory belongs to
  * the user again once flushed), queued responses (a NAK, READ data) may
@@ -864,13 +915,14 @@ static void tcp_detach(struct tcp_conn *c)
 		tcp_conn_bury(c);
 		return;
 	}
+	if (!c->txq) {
+		tcp_close_soft(c);
+		return;
+	}
+	/* Responses (a NAK, READ data) still queued: drain them first. */
 	c->state = TCP_LINGER;
 	c->throttled = false;
 	c->deadline_ns = tf__now_ns() + TCP_LINGER_NS;
-	if (!c->txq && !c->shut) {
-		shutdown(c->fd, SHUT_WR);
-		c->shut = true;
-	}
 	tcp_update_ev(c);
 }
 
@@ -1017,10 +1069,17 @@ static int tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
 		    !soft_engine_recv_peek(qp)) {
 			/* Nothing is placed until a receive is there: the
 			 * whole request is retried. */
+			if (h->size)
+				soft_tpt_access_done(ctx);
 			goto rnr;
 		}
-		if (h->size)
+		/* The frame is complete in the buffer, so the check and the
+		 * copy happen in one go: a revocation waits at most for
+		 * this memcpy, never for the peer. */
+		if (h->size) {
 			memcpy(local, payload, h->size);
+			soft_tpt_access_done(ctx);
+		}
 		if (h->opcode == SOFT_TCP_OP_WRITE_IMM) {
 			st = soft_engine_recv(qp, TF_WR_RDMA_WRITE_WITH_IMM,
 					      NULL, h->size, h->imm, 0);
@@ -1060,9 +1119,16 @@ static int tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
 		hl = soft_tcp_encode_hdr(&r, hdr);
 		c->expect_psn++;
 		c->ack_pending = false;
-		if (tcp_send_frame(c, hdr, hl, &v, h->length ? 1 : 0, h->length,
-				   false))
-			return tcp_nak_fatal(c, h->psn, TF_WC_REM_OP_ERR);
+		/* Sent from the region, or copied into the send queue: the
+		 * access is over when this returns. */
+		st = tcp_send_frame(c, hdr, hl, &v, h->length ? 1 : 0,
+				    h->length, false)
+			     ? TF_WC_REM_OP_ERR
+			     : TF_WC_SUCCESS;
+		if (h->length)
+			soft_tpt_access_done(ctx);
+		if (st != TF_WC_SUCCESS)
+			return tcp_nak_fatal(c, h->psn, st);
 		return 0;
 	}
 	case SOFT_TCP_OP_FETCH_ADD:
@@ -1081,6 +1147,7 @@ static int tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
 						  ? TF_WR_ATOMIC_FETCH_ADD
 						  : TF_WR_ATOMIC_CMP_SWP,
 					  h->compare_add, h->swap);
+		soft_tpt_access_done(ctx);
 		c->expect_psn++;
 		c->ack_pending = false;
 		if (tcp_send_simple(c, &r))
@@ -1259,6 +1326,8 @@ static int tcp_rx_reserve(struct tcp_conn *c, size_t need)
 		memmove(c->rx, c->rx + c->rx_off, c->rx_len);
 		c->rx_off = 0;
 	}
+	if (need > 4 * TCP_RXBUF_MIN)
+		c->rx_big_ns = tf__now_ns();
 	if (need <= c->rx_cap)
 		return 0;
 	cap = c->rx_cap ? c->rx_cap : TCP_RXBUF_MIN;
@@ -1359,17 +1428,6 @@ static int tcp_rx_frames(struct tcp_conn *c, int *events)
 	}
 	if (!c->rx_len)
 		c->rx_off = 0;
-	if (c->rx_cap > 4 * TCP_RXBUF_MIN && c->rx_len < TCP_RXBUF_MIN) {
-		/* Give back the memory of a large frame. */
-		memmove(c->rx, c->rx + c->rx_off, c->rx_len);
-		c->rx_off = 0;
-		uint8_t *nb = tf__realloc(c->rx, TCP_RXBUF_MIN);
-
-		if (nb) {
-			c->rx = nb;
-			c->rx_cap = TCP_RXBUF_MIN;
-		}
-	}
 	return 0;
 }
 
@@ -1560,37 +1618,36 @@ static int tcp_accept(struct soft_tcp *tc)
 
 /* ---------------------------------------------------------------- progress */
 
-/* A lingering connection: drain the queued responses, then read until
- * the peer closes (closing with unread data would reset the stream and
- * could destroy the responses before the peer reads them). */
+/* A lingering connection: send the queued responses (bounded by
+ * TCP_LINGER_NS), then close it. */
 static int tcp_linger_service(struct tcp_conn *c)
 {
 	char buf[4096];
-	ssize_t n;
 
 	if (c->txq && tcp_flush(c)) {
 		tcp_conn_bury(c);
 		return 1;
 	}
-	if (c->txq) {
-		tcp_update_ev(c);
+	if (!c->txq) {
+		tcp_close_soft(c);
 		return 1;
 	}
-	if (!c->shut) {
-		shutdown(c->fd, SHUT_WR);
-		c->shut = true;
-		tcp_update_ev(c);
-	}
+	/* Keep reading meanwhile: a peer blocked on its own full send
+	 * buffer would never read ours.  A peer that closed will not read
+	 * them either. */
 	for (;;) {
-		n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
-		if (n > 0)
+		ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n > 0 || (n < 0 && errno == EINTR))
 			continue;
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
 			tcp_conn_bury(c);
-		return 1;
+			return 1;
+		}
+		break;
 	}
+	tcp_update_ev(c);
+	return 1;
 }
 
 /*
@@ -1721,6 +1778,23 @@ out:
 	return handled;
 }
 
+/* Give back a receive buffer grown for large frames once none came for a
+ * second: a new one per large frame would be faulted in every time. */
+static void tcp_rx_trim(struct tcp_conn *c, uint64_t now)
+{
+	uint8_t *nb;
+
+	if (c->rx_len || c->rx_cap <= 4 * TCP_RXBUF_MIN ||
+	    now - c->rx_big_ns < 1000000000ull)
+		return;
+	nb = tf__realloc(c->rx, TCP_RXBUF_MIN);
+	if (nb) {
+		c->rx = nb;
+		c->rx_cap = TCP_RXBUF_MIN;
+		c->rx_off = 0;
+	}
+}
+
 /* Transport timeouts, expired pending/lingering sockets, QPs that went to
  * error outside progress.  progress_lock held. */
 static void tcp_scan(struct soft_tcp *tc, uint64_t now)
@@ -1743,16 +1817,26 @@ static void tcp_scan(struct soft_tcp *tc, uint64_t now)
 			continue;
 		}
 		soft_qp_lock(qp);
+		tcp_rx_trim(c, now);
 		if (c->detach || c->qp != qp) {
 			if (c->qp == qp)
 				tcp_detach(c);
+		} else if (c->broken) {
+			tf_log_error(SUB,
+				     "qp %u: send failed, closing the "
+				     "connection",
+				     qp->base.qpn);
+			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
 		} else if (c->state == TCP_LOST && c->out_cnt) {
 			tf_log_info(SUB,
 				    "qp %u: work posted after the peer "
 				    "closed the connection",
 				    qp->base.qpn);
 			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
-		} else if ((c->out_cnt || c->txq) && qp->base.timeout_ms &&
+		} else if (c->out_cnt && qp->base.timeout_ms &&
+			   /* Only a requester times out: queued responses
+			    * alone are bounded (throttle) and, as on RC, a
+			    * responder waits for its peer. */
 			   /* Signed: submit may have set last_act_ns after
 			    * @now was read, while we waited for qp->lock. */
 			   (int64_t)(now - c->last_act_ns) >
@@ -2186,6 +2270,13 @@ static void tcp_qp_fini(struct soft_qp *qp)
 	}
 }
 
+int soft_tcp_event_fd(struct soft_ctx *ctx)
+{
+	struct soft_tcp *tc = ctx->tcp_priv;
+
+	return tc ? tc->epfd : -1;
+}
+
 const struct soft_transport_ops soft_tcp_transport = {
 	.name = "tcp",
 	.ctx_init = tcp_ctx_init,
@@ -2195,4 +2286,5 @@ const struct soft_transport_ops soft_tcp_transport = {
 	.submit = tcp_submit,
 	.progress = tcp_progress,
 	.qp_fini = tcp_qp_fini,
+	.wait_fd = soft_tcp_event_fd,
 };

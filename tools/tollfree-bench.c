@@ -37,21 +37,13 @@
 
 #include <tollfree/tollfree.h>
 
-#define ARRAY_SIZE(_a) (sizeof(_a) / sizeof((_a)[0]))
-
-/* A wait for a peer or a completion that takes longer than this is an
- * error (the peer died or the transport is stuck), not a slow sample. */
-#define WAIT_TIMEOUT_NS (30ull * 1000 * 1000 * 1000)
-/* Spins between two clock reads while waiting: a clock read costs more
- * than a poll, so the deadline is checked only now and then. */
-#define WAIT_CHECK_EVERY 1024
+#include "bench.h"
 
 #define MAX_SIZES 32
 
-static const char *prog = "tollfree-bench";
+const char *prog = "tollfree-bench";
 
-static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void fail(const char *fmt, ...)
+void fail(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -62,7 +54,7 @@ static void fail(const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
-static uint64_t now_ns(void)
+uint64_t now_ns(void)
 {
 	struct timespec ts;
 
@@ -71,10 +63,6 @@ static uint64_t now_ns(void)
 }
 
 /* ------------------------------------------------------------ statistics */
-
-struct bench_stats {
-	double min, max, median, avg, stdev, p99, p999; /* nanoseconds */
-};
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -98,7 +86,7 @@ static double percentile(const double *v, size_t n, double p)
 }
 
 /* Sorts @v in place. */
-static void stats_compute(double *v, size_t n, struct bench_stats *st)
+void stats_compute(double *v, size_t n, struct bench_stats *st)
 {
 	double sum = 0, var = 0;
 	size_t i;
@@ -121,34 +109,22 @@ static void stats_compute(double *v, size_t n, struct bench_stats *st)
 	st->p999 = percentile(v, n, 0.999);
 }
 
+double median_of(double *v, size_t n)
+{
+	struct bench_stats st;
+
+	stats_compute(v, n, &st);
+	return st.median;
+}
+
 /* ------------------------------------------------------------ report */
 
-struct bench_row {
-	const char *op;	   /* machine name: "write", "reg", ... */
-	const char *title; /* table title in text output */
-	uint64_t size;
-	unsigned iters;
-	struct bench_stats st;
+const char *const bench_phase_names[PH_COUNT] = {
+	[PH_CONNECT] = "connect", [PH_PREPARE] = "prepare", [PH_MOVE] = "move",
+	[PH_REVOKE] = "revoke",	  [PH_CLOSE] = "close",
 };
 
-struct report {
-	const char *bench; /* "lat" or "reg" */
-	char provider[16];
-	char device[64];
-	char transport[16];
-	char cpu[128];
-	long nproc;
-	struct bench_row *rows;
-	size_t nrows, cap;
-};
-
-enum out_fmt {
-	OUT_TEXT,
-	OUT_CSV,
-	OUT_JSON,
-};
-
-static int report_add(struct report *r, const struct bench_row *row)
+int report_add(struct report *r, const struct bench_row *row)
 {
 	if (r->nrows == r->cap) {
 		size_t cap = r->cap ? 2 * r->cap : 16;
@@ -188,15 +164,17 @@ static void json_str(FILE *f, const char *s)
 #define PERF_ROW_FMT                                                    \
 	" %-8" PRIu64 " %-12u %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f " \
 	"%-21.2f "
+#define PERF_ROW_FMT3                                                   \
+	" %-8" PRIu64 " %-12u %-12.3f %-12.3f %-16.3f %-12.3f %-14.3f " \
+	"%-21.3f "
 
 /*
- * report_emit - the one place that prints results, in all three formats.
- * Text: one perftest-style table per operation, times in microseconds.
- * CSV: one header line and one line per row, microseconds.
+ * Sized layout.  Text: one perftest-style table per operation, times in
+ * microseconds.  CSV: one header line and one line per row, microseconds.
  * JSON: one object with the run's environment and a "rows" array, times in
  * nanoseconds (the unit is in every key).
  */
-static void report_emit(const struct report *r, enum out_fmt fmt, FILE *f)
+static void emit_sized(const struct report *r, enum out_fmt fmt, FILE *f)
 {
 	const char *last_op = NULL;
 	size_t i;
@@ -235,10 +213,14 @@ static void report_emit(const struct report *r, enum out_fmt fmt, FILE *f)
 					"99.9% percentile[usec]");
 				last_op = w->op;
 			}
-			fprintf(f, PERF_ROW_FMT "%.2f\n", w->size, w->iters,
-				s->min / 1e3, s->max / 1e3, s->median / 1e3,
-				s->avg / 1e3, s->stdev / 1e3, s->p99 / 1e3,
-				s->p999 / 1e3);
+			/* Sub-microsecond rows (batched reg rows) get
+			 * nanosecond resolution. */
+			fprintf(f,
+				s->median < 1000 ? PERF_ROW_FMT3 "%.3f\n"
+						 : PERF_ROW_FMT "%.2f\n",
+				w->size, w->iters, s->min / 1e3, s->max / 1e3,
+				s->median / 1e3, s->avg / 1e3, s->stdev / 1e3,
+				s->p99 / 1e3, s->p999 / 1e3);
 			break;
 		case OUT_CSV:
 			fprintf(f,
@@ -268,7 +250,115 @@ static void report_emit(const struct report *r, enum out_fmt fmt, FILE *f)
 		fprintf(f, "]}\n");
 }
 
-static int report_write_json(const struct report *r, const char *path)
+/* Columns of the modes table: header and rows share them. */
+#define MODE_COLS_FMT                                                     \
+	"%-14s %9s %11s %11s %11s %11s %11s %11s %11s | %8s %8s %8s %8s " \
+	"%8s\n"
+#define MODE_ROW_FMT                                                    \
+	"%-14s %9u %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %11.0f | " \
+	"%8.2f %8.2f %8.2f %8.2f %8.2f\n"
+
+/*
+ * Modes layout (crr).  Text: one table, one row per mode: perftest's
+ * columns per session in microseconds (no t_max: one descheduled session
+ * on a loaded host says nothing), sessions per second, then the median of
+ * each phase.  CSV: the same columns.  JSON: the schema documented in
+ * tollfree-bench(1), times in microseconds.
+ */
+static void emit_modes(const struct report *r, enum out_fmt fmt, FILE *f)
+{
+	size_t i;
+	int p;
+
+	switch (fmt) {
+	case OUT_TEXT:
+		fprintf(f, "%s", PERF_RULE);
+		fprintf(f, MODE_COLS_FMT, "mode", "#sessions", "t_min[us]",
+			"t_typical", "t_avg", "t_stdev", "99%", "99.9%",
+			"sessions/s", bench_phase_names[0],
+			bench_phase_names[1], bench_phase_names[2],
+			bench_phase_names[3], bench_phase_names[4]);
+		break;
+	case OUT_CSV:
+		fprintf(f, "mode,sessions,t_min_usec,t_typical_usec,"
+			   "t_avg_usec,t_stdev_usec,p99_usec,p99.9_usec,"
+			   "sessions_per_s");
+		for (p = 0; p < PH_COUNT; p++)
+			fprintf(f, ",%s_usec", bench_phase_names[p]);
+		fputc('\n', f);
+		break;
+	case OUT_JSON:
+		fprintf(f, "{\"bench\":");
+		json_str(f, r->bench);
+		fprintf(f, ",\"provider\":");
+		json_str(f, r->provider);
+		fprintf(f, ",\"transport\":");
+		json_str(f, r->transport);
+		fprintf(f,
+			",\"size\":%" PRIu64 ",\"transfers\":%u,"
+			"\"sessions\":%u,\"modes\":[",
+			r->size, r->transfers, r->sessions);
+		break;
+	}
+	for (i = 0; i < r->nrows; i++) {
+		const struct bench_row *w = &r->rows[i];
+		const struct bench_stats *s = &w->st;
+		const double *ph = w->phases;
+
+		switch (fmt) {
+		case OUT_TEXT:
+			fprintf(f, MODE_ROW_FMT, w->op, w->iters, s->min / 1e3,
+				s->median / 1e3, s->avg / 1e3, s->stdev / 1e3,
+				s->p99 / 1e3, s->p999 / 1e3, w->rate,
+				ph[0] / 1e3, ph[1] / 1e3, ph[2] / 1e3,
+				ph[3] / 1e3, ph[4] / 1e3);
+			break;
+		case OUT_CSV:
+			fprintf(f, "%s,%u,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f",
+				w->op, w->iters, s->min / 1e3, s->median / 1e3,
+				s->avg / 1e3, s->stdev / 1e3, s->p99 / 1e3,
+				s->p999 / 1e3, w->rate);
+			for (p = 0; p < PH_COUNT; p++)
+				fprintf(f, ",%.3f", ph[p] / 1e3);
+			fputc('\n', f);
+			break;
+		case OUT_JSON:
+			fprintf(f, "%s{\"mode\":", i ? "," : "");
+			json_str(f, w->op);
+			fprintf(f,
+				",\"t_min_us\":%.3f,\"t_typical_us\":%.3f,"
+				"\"t_avg_us\":%.3f,\"t_stdev_us\":%.3f,"
+				"\"p99_us\":%.3f,\"p999_us\":%.3f,"
+				"\"sessions_per_s\":%.1f,\"phases_us\":{",
+				s->min / 1e3, s->median / 1e3, s->avg / 1e3,
+				s->stdev / 1e3, s->p99 / 1e3, s->p999 / 1e3,
+				w->rate);
+			for (p = 0; p < PH_COUNT; p++)
+				fprintf(f, "%s\"%s\":%.3f", p ? "," : "",
+					bench_phase_names[p], ph[p] / 1e3);
+			fprintf(f, "}}");
+			break;
+		}
+	}
+	if (fmt == OUT_TEXT)
+		fprintf(f, "%s", PERF_RULE);
+	if (fmt == OUT_JSON)
+		fprintf(f, "]}\n");
+}
+
+/*
+ * report_emit - the one place that prints results: every subcommand's
+ * tables, CSV and JSON come from here.
+ */
+void report_emit(const struct report *r, enum out_fmt fmt, FILE *f)
+{
+	if (r->layout == LAYOUT_MODES)
+		emit_modes(r, fmt, f);
+	else
+		emit_sized(r, fmt, f);
+}
+
+int report_write_json(const struct report *r, const char *path)
 {
 	FILE *f = fopen(path, "w");
 
@@ -310,9 +400,8 @@ static void cpu_model(char *buf, size_t len)
 }
 
 /* Fill the report's environment from an open context and print it. */
-static void report_header(struct report *r, tf_context_t *ctx,
-			  const char *transport, const char *extra,
-			  enum out_fmt fmt)
+void report_header(struct report *r, tf_context_t *ctx, const char *transport,
+		   const char *extra, enum out_fmt fmt)
 {
 	tf_caps_t caps;
 	const char *pfx = fmt == OUT_CSV ? "# " : "";
@@ -404,8 +493,43 @@ bad:
 	return -1;
 }
 
-static int parse_uint(const char *arg, const char *what, unsigned min,
-		      unsigned *out)
+/* Parse one size ("1K", "64", "2M") between 1 and @max bytes. */
+int parse_size(const char *arg, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	if (*arg == '-')
+		goto bad;
+	v = strtoull(arg, &end, 10);
+	if (errno || end == arg)
+		goto bad;
+	switch (*end) {
+	case 'k':
+	case 'K':
+		v <<= 10, end++;
+		break;
+	case 'm':
+	case 'M':
+		v <<= 20, end++;
+		break;
+	case 'g':
+	case 'G':
+		v <<= 30, end++;
+		break;
+	}
+	if (!v || v > max || *end)
+		goto bad;
+	*out = v;
+	return 0;
+bad:
+	fail("bad size '%s' (1 byte to %" PRIu64 " bytes, K/M/G suffixes)", arg,
+	     max);
+	return -1;
+}
+
+int parse_uint(const char *arg, const char *what, unsigned min, unsigned *out)
 {
 	char *end;
 	unsigned long v;
@@ -421,36 +545,42 @@ static int parse_uint(const char *arg, const char *what, unsigned min,
 	return 0;
 }
 
-/* Open a context with the options' provider, device and transport. */
-static int open_ctx(const struct opts *o, tf_context_t **ctx_p)
+int bench_open_ctx(const char *provider, const char *device,
+		   const char *transport, tf_context_t **ctx_p)
 {
 	tf_context_params_t p;
 	int ret;
 
 	memset(&p, 0, sizeof(p));
-	if (o->provider) {
+	if (provider) {
 		p.field_mask |= TF_CONTEXT_PARAM_PROVIDER;
-		p.provider = o->provider;
+		p.provider = provider;
 	}
-	if (o->device) {
+	if (device) {
 		p.field_mask |= TF_CONTEXT_PARAM_DEVICE;
-		p.device = o->device;
+		p.device = device;
 	}
-	if (o->transport) {
+	if (transport) {
 		p.field_mask |= TF_CONTEXT_PARAM_TRANSPORT;
-		p.transport = o->transport;
+		p.transport = transport;
 	}
 	ret = tf_context_open(&p, ctx_p);
 	if (ret)
 		fail("cannot open a context (provider %s): %s",
-		     o->provider ? o->provider : "from TOLLFREE_PROVIDER",
+		     provider ? provider : "from TOLLFREE_PROVIDER",
 		     tf_strerror(ret));
 	return ret;
 }
 
+/* Open a context with the options' provider, device and transport. */
+static int open_ctx(const struct opts *o, tf_context_t **ctx_p)
+{
+	return bench_open_ctx(o->provider, o->device, o->transport, ctx_p);
+}
+
 /* Wait for one completion on @cq; it must be a success.  Returns 0 or
  * -errno.  Used where only one operation is outstanding. */
-static int wait_one(tf_cq_t *cq, const char *what)
+int wait_one(tf_cq_t *cq, const char *what)
 {
 	struct tf_wc wc;
 	uint64_t deadline = now_ns() + WAIT_TIMEOUT_NS;
@@ -1038,7 +1168,7 @@ static void lat_teardown(struct lat_side *s)
 }
 
 /* The first two CPUs this process may run on, or -1. */
-static void pick_cpus(int *a, int *b)
+void pick_cpus(int *a, int *b)
 {
 	cpu_set_t set;
 	int i;
@@ -1058,7 +1188,7 @@ static void pick_cpus(int *a, int *b)
 	}
 }
 
-static void pin_to(int cpu)
+void pin_to(int cpu)
 {
 	cpu_set_t set;
 
@@ -1362,6 +1492,13 @@ struct reg_env {
 	/* Per-source state. */
 	tf_mr_t *mr;
 	tf_mw_t *mw;
+	tf_rcache_t *rc;
+	tf_pool_t *pool;
+	uint8_t *miss_buf; /* cache_miss: miss_n fresh buffers */
+	size_t miss_len;
+	unsigned miss_n;
+	/* Cost of one pair of clock reads, subtracted from batched rows. */
+	double timer_ns;
 };
 
 /*
@@ -1564,6 +1701,159 @@ static int src_mw_inval(struct reg_env *e, size_t size, uint64_t *ns_p)
 	return ret;
 }
 
+/*
+ * Batched rows: an operation that costs tens of nanoseconds cannot be
+ * timed one at a time (a clock read costs about as much), so a sample is
+ * a loop of REG_BATCH operations between two clock reads; the cost of the
+ * clock reads (measured at start-up) is subtracted and the rest divided by
+ * the batch.
+ */
+#define REG_BATCH 256
+/* cache_miss registers: fewer per sample, each on a buffer the cache has
+ * not seen since the last sample (the cache is invalidated between); one
+ * per sample from 1 MiB on, where the clock reads no longer matter. */
+#define REG_MISS_BATCH 8
+
+static double batch_ns(const struct reg_env *e, uint64_t t0, uint64_t t1,
+		       unsigned n)
+{
+	double ns = (double)(t1 - t0) - e->timer_ns;
+
+	return ns > 0 ? ns / n : 0;
+}
+
+static int src_rcache_setup(struct reg_env *e, size_t size)
+{
+	tf_rcache_params_t p = {
+		.field_mask = TF_RCACHE_PARAM_MONITOR,
+		/* The rows time lookups and registrations, not the
+		 * monitor; the miss row invalidates explicitly. */
+		.monitor = TF_RCACHE_MONITOR_NONE,
+	};
+	int ret = tf_rcache_create(e->pd, &p, &e->rc);
+
+	if (ret) {
+		fail("tf_rcache_create: %s", tf_strerror(ret));
+		return ret;
+	}
+	e->miss_n = size >= (1u << 20) ? 1 : REG_MISS_BATCH;
+	e->miss_len = size * e->miss_n;
+	e->miss_buf = mmap(NULL, e->miss_len, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (e->miss_buf == MAP_FAILED) {
+		e->miss_buf = NULL;
+		tf_rcache_destroy(e->rc);
+		e->rc = NULL;
+		fail("mmap of %zu bytes: %m", e->miss_len);
+		return -ENOMEM;
+	}
+	memset(e->miss_buf, 1, e->miss_len);
+	return 0;
+}
+
+static void src_rcache_teardown(struct reg_env *e)
+{
+	tf_rcache_destroy(e->rc);
+	e->rc = NULL;
+	munmap(e->miss_buf, e->miss_len);
+	e->miss_buf = NULL;
+}
+
+/* A hit: the same buffer every time (the first get of the row, a miss,
+ * happens during warm-up). */
+static int src_cache_hit(struct reg_env *e, size_t size, uint64_t *ns_p)
+{
+	tf_rcache_reg_t *reg;
+	uint64_t t0, t1;
+	int ret = 0;
+
+	t0 = now_ns();
+	for (unsigned i = 0; i < REG_BATCH && !ret; i++) {
+		ret = tf_rcache_get(e->rc, e->buf, size, REG_ACCESS, &reg);
+		if (!ret)
+			ret = tf_rcache_put(e->rc, reg);
+	}
+	t1 = now_ns();
+	*ns_p = (uint64_t)(batch_ns(e, t0, t1, REG_BATCH) + 0.5);
+	return reg_check(ret, "tf_rcache_get/put (hit)", size);
+}
+
+/* A miss: each get on a buffer the cache does not hold, so it registers
+ * (the put keeps the region cached; the whole set is invalidated after
+ * the sample, outside the timing). */
+static int src_cache_miss(struct reg_env *e, size_t size, uint64_t *ns_p)
+{
+	tf_rcache_reg_t *reg;
+	uint64_t t0, t1;
+	int ret = 0;
+
+	t0 = now_ns();
+	for (unsigned i = 0; i < e->miss_n && !ret; i++) {
+		ret = tf_rcache_get(e->rc, e->miss_buf + i * size, size,
+				    REG_ACCESS, &reg);
+		if (!ret)
+			ret = tf_rcache_put(e->rc, reg);
+	}
+	t1 = now_ns();
+	*ns_p = (uint64_t)(batch_ns(e, t0, t1, e->miss_n) + 0.5);
+	if (reg_check(ret, "tf_rcache_get/put (miss)", size))
+		return ret;
+	ret = tf_rcache_invalidate(e->rc, e->miss_buf, e->miss_len);
+	return ret < 0 ? reg_check(ret, "tf_rcache_invalidate", size) : 0;
+}
+
+/* Slices up to the pool's largest class; a larger size is skipped. */
+static int src_pool_setup(struct reg_env *e, size_t size)
+{
+	tf_slice_t sl;
+	int ret = tf_pool_create(e->pd, NULL, &e->pool);
+
+	if (ret) {
+		fail("tf_pool_create: %s", tf_strerror(ret));
+		return ret;
+	}
+	ret = tf_pool_rent(e->pool, size, &sl);
+	if (ret == -EINVAL) {
+		tf_pool_destroy(e->pool);
+		e->pool = NULL;
+		return -ERANGE;
+	}
+	if (!ret)
+		ret = tf_pool_return(e->pool, &sl);
+	if (ret) {
+		fail("tf_pool_rent of %zu bytes: %s", size, tf_strerror(ret));
+		tf_pool_destroy(e->pool);
+		e->pool = NULL;
+	}
+	return ret;
+}
+
+static void src_pool_teardown(struct reg_env *e)
+{
+	tf_pool_destroy(e->pool);
+	e->pool = NULL;
+}
+
+static int src_pool(struct reg_env *e, size_t size, uint64_t *ns_p)
+{
+	tf_slice_t sl;
+	uint64_t t0, t1;
+	int ret = 0;
+
+	t0 = now_ns();
+	for (unsigned i = 0; i < REG_BATCH && !ret; i++) {
+		ret = tf_pool_rent(e->pool, size, &sl);
+		if (!ret)
+			ret = tf_pool_return(e->pool, &sl);
+	}
+	t1 = now_ns();
+	*ns_p = (uint64_t)(batch_ns(e, t0, t1, REG_BATCH) + 0.5);
+	if (ret)
+		fail("tf_pool_rent/return of %zu bytes: %s", size,
+		     tf_strerror(ret));
+	return ret;
+}
+
 static const struct reg_source reg_sources[] = {
 	{"reg", "reg: tf_mr_reg, pages already touched", true, NULL, src_reg,
 	 NULL},
@@ -1576,6 +1866,16 @@ static const struct reg_source reg_sources[] = {
 	 src_mw_setup, src_mw_bind, src_mw_teardown},
 	{"mw_inval", "mw_inval: post LOCAL_INV + its completion", true,
 	 src_mw_setup, src_mw_inval, src_mw_teardown},
+	{"cache_hit",
+	 "cache_hit: tf_rcache_get + put, same buffer (per op, batched)", true,
+	 src_rcache_setup, src_cache_hit, src_rcache_teardown},
+	{"cache_miss",
+	 "cache_miss: tf_rcache_get + put, buffer not cached (per op, "
+	 "batched)",
+	 true, src_rcache_setup, src_cache_miss, src_rcache_teardown},
+	{"pool_rent_return",
+	 "pool_rent_return: tf_pool_rent + tf_pool_return (per op, batched)",
+	 true, src_pool_setup, src_pool, src_pool_teardown},
 };
 
 /* Iterations for a row: at most -n, and few enough that one row registers
@@ -1591,6 +1891,19 @@ static unsigned reg_iters(const struct opts *o, size_t size)
 	if (cap < REG_MIN_ITERS)
 		cap = REG_MIN_ITERS;
 	return o->iters < cap ? o->iters : (unsigned)cap;
+}
+
+/* The median cost of two back-to-back clock reads. */
+static double timer_cost_ns(void)
+{
+	double v[1001];
+
+	for (size_t i = 0; i < ARRAY_SIZE(v); i++) {
+		uint64_t t0 = now_ns();
+
+		v[i] = (double)(now_ns() - t0);
+	}
+	return median_of(v, ARRAY_SIZE(v));
 }
 
 static int reg_setup(struct reg_env *e, const struct opts *o)
@@ -1676,6 +1989,12 @@ static int reg_row(struct reg_env *e, const struct reg_source *src, size_t size,
 		return 0;
 	if (src->setup) {
 		ret = src->setup(e, size);
+		if (ret == -ERANGE) {
+			printf("%s%s: %zu bytes skipped: larger than the "
+			       "largest slice\n",
+			       o->csv ? "# " : "", src->op, size);
+			return 0;
+		}
 		if (ret == -EOPNOTSUPP) {
 			*skipped = true;
 			printf("%s%s: skipped: %s\n", o->csv ? "# " : "",
@@ -1743,6 +2062,7 @@ static int cmd_reg(int argc, char **argv)
 	ret = reg_setup(&e, &o);
 	if (ret)
 		goto out;
+	e.timer_ns = timer_cost_ns();
 	report_header(&r, e.ctx, o.transport, "(one process, one QP pair)",
 		      o.csv ? OUT_CSV : OUT_TEXT);
 	fflush(stdout);
@@ -1818,12 +2138,16 @@ out:
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: %s lat|reg [options]   (%s SUBCOMMAND -h for its "
-		"options)\n"
-		"  lat  perftest-style WRITE/READ/SEND latency between two "
+		"usage: %s lat|reg|crr|churn [options]   (%s SUBCOMMAND -h "
+		"for its options)\n"
+		"  lat    perftest-style WRITE/READ/SEND latency between two "
 		"processes\n"
-		"  reg  cost of registration, deregistration and memory "
-		"windows\n",
+		"  reg    cost of registration, deregistration, memory "
+		"windows, cache and pool\n"
+		"  crr    short sessions: connect, prepare, move, revoke, "
+		"close (RDMA_CRR)\n"
+		"  churn  a victim's latency while a neighbour churns "
+		"registrations (NIC model)\n",
 		prog, prog);
 }
 
@@ -1841,6 +2165,10 @@ int main(int argc, char **argv)
 		return cmd_lat(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "reg"))
 		return cmd_reg(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "crr"))
+		return cmd_crr(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "churn"))
+		return cmd_churn(argc - 1, argv + 1);
 	fail("unknown subcommand '%s'", argv[1]);
 	usage(stderr);
 	return 2;

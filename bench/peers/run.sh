@@ -12,18 +12,26 @@
 #   - libfabric fi_pingpong over the shm (rdm) and tcp (msg) providers;
 #   - sockperf ping-pong over TCP loopback;
 #   - tollfree-bench lat (write and send) on the soft provider, shm and tcp;
-# and prints ONE table: what, transport, size, median one-way latency in
-# microseconds, and the ratio to the tollfree row of the same transport
-# class, operation kind (put/write or message/send) and size.  The table is
-# also written to RESULT_FILE when one is given.
+#   - short sessions: ucx_session (bench/peers/ucx_session.c: endpoint to a
+#     ucp_listener, ucp_mem_map of a fresh 4 KiB buffer, rkey exchange, one
+#     1 KiB put + flush, endpoint close, unmap) with UCX_TLS=tcp, next to
+#     tollfree-bench crr with the same work (K=1, S=1 KiB, mode
+#     pool+mw/new) on the soft provider, tcp and shm;
+# and prints ONE table: what, transport, size, the median in microseconds
+# (one-way latency, or time per session for kind "session"), and the ratio
+# to the tollfree row of the same transport class, kind (put/write,
+# message/send, session) and size.  The table is also written to
+# RESULT_FILE when one is given.
 #
-# Packages ucx-utils, libfabric-bin and sockperf are installed with apt-get
-# when missing (root only; otherwise those rows are skipped).
+# Packages ucx-utils, libucx-dev (to build ucx_session), libfabric-bin and
+# sockperf are installed with apt-get when missing (root only; otherwise
+# those rows are skipped).
 #
 # Environment: BUILD_DIR (default <repo>/build-peers, configured if new and
 # always rebuilt), ITERS (default 10000), PORT_BASE (default 20100; every port
 # used is below 32768), RUN_TIMEOUT (seconds per run, default 120), FI_RUNS
-# (fi_pingpong repetitions, default 5).
+# (fi_pingpong repetitions, default 5), SESSIONS (per session row, default
+# 300).
 #
 # Numbers are measurements of this host at this moment; on a shared or
 # loaded machine they move from run to run.  Nothing here judges them.
@@ -34,6 +42,7 @@ repo=$(cd "$here/../.." && pwd)
 out_file=${1:-}
 build=${BUILD_DIR:-$repo/build-peers}
 iters=${ITERS:-10000}
+sessions=${SESSIONS:-300}
 port=${PORT_BASE:-20100}
 tmo=${RUN_TIMEOUT:-120}
 work=$(mktemp -d /tmp/tf-peers.XXXXXX)
@@ -61,6 +70,7 @@ fi
 # ------------------------------------------------------------ packages
 need_pkgs=()
 command -v ucx_perftest >/dev/null || need_pkgs+=(ucx-utils)
+[ -f /usr/include/ucp/api/ucp.h ] || need_pkgs+=(libucx-dev)
 command -v fi_pingpong >/dev/null || need_pkgs+=(libfabric-bin)
 command -v sockperf >/dev/null || need_pkgs+=(sockperf)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
@@ -78,17 +88,23 @@ fi
 # ------------------------------------------------------------ our binaries
 bench=$build/tools/tollfree-bench
 floor=$build/bench/shm_pingpong
+ucx_sess=$build/bench/ucx_session
 # Always (re)build: an incremental build is quick, and a stale binary
-# would measure old code.
-log "building tollfree-bench and shm_pingpong in $build"
+# would measure old code.  Configuring again is cheap and finds UCX
+# headers installed since the last run (ucx_session is built only then).
+log "building tollfree-bench, shm_pingpong and ucx_session in $build"
 if ! { { [ -f "$build/CMakeCache.txt" ] ||
 	cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release \
 		-DBUILD_TESTING=OFF; } &&
+	cmake -S "$repo" -B "$build" &&
 	cmake --build "$build" -j"$(nproc)" \
 		--target tollfree-bench shm_pingpong; } >"$work/build" 2>&1; then
 	log "build failed (rows of missing binaries are skipped):"
 	tail -3 "$work/build" >&2
 fi
+rm -f "$ucx_sess"
+cmake --build "$build" --target ucx_session >"$work/build.ucx" 2>&1 ||
+	log "ucx_session not built (no UCX headers?): its row is skipped"
 
 # Pin servers and clients like tollfree-bench and shm_pingpong do: client
 # on the first CPU this script may use, server on the second.  Without
@@ -282,6 +298,37 @@ for tp in shm tcp; do
 	fi
 done
 
+# ------------------------------------------------------------ sessions
+# One short session each: UCX (put + flush after an rkey exchange) and
+# tollfree (one 1 KiB WRITE through a per-session window, new connection).
+# ucx_session pins itself like tollfree-bench does.
+if [ -x "$ucx_sess" ]; then
+	next_port
+	log "ucx_session tcp"
+	if UCX_TLS=tcp timeout "$tmo" "$ucx_sess" -n "$sessions" \
+		-w $((sessions / 10)) -p "$port" >"$work/ucxs" 2>&1; then
+		med=$(awk '{for (i = 1; i <= NF; i++) if ($i ~ /^median_us=/) {sub("median_us=", "", $i); print $i}}' "$work/ucxs")
+		[ -n "$med" ] && add_row "ucx_session (put+flush)" tcp session \
+			1024 "$med" "UCX_TLS=tcp, median per session"
+	else
+		log "ucx_session failed: $(grep -v 'mpool.c' "$work/ucxs" | tail -3)"
+	fi
+fi
+# The CSV's 4th column is t_typical, the median per session.
+for tp in tcp shm; do
+	[ -x "$bench" ] || break
+	log "tollfree-bench crr $tp"
+	if timeout "$tmo" "$bench" crr --provider soft --transport "$tp" \
+		-k 1 -s 1K -n "$sessions" --modes pool+mw/new --csv \
+		>"$work/crr.$tp" 2>&1; then
+		med=$(awk -F, '$1 == "pool+mw/new" {print $4}' "$work/crr.$tp")
+		[ -n "$med" ] && add_row "tollfree-bench crr pool+mw/new" "$tp" \
+			session 1024 "$med" "K=1 WRITE, median per session"
+	else
+		log "tollfree-bench crr $tp failed: $(tail -3 "$work/crr.$tp")"
+	fi
+done
+
 # ------------------------------------------------------------ table
 # Ratio: this row's latency divided by tollfree's for the same transport
 # class (shm or tcp), kind (put: RDMA WRITE; msg and the floor: SEND) and
@@ -289,7 +336,7 @@ done
 {
 	echo "# tollfree peers: $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -r)"
 	echo "# cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), nproc $(nproc), iterations $iters"
-	echo "# one-way latency in microseconds; ratio = row / tollfree row of the same class, kind and size"
+	echo "# median in microseconds: one-way latency, or per session (kind session); ratio = row / tollfree row of the same class, kind and size"
 	awk -F'|' '
 	{
 		what[NR] = $1; tp[NR] = $2; kind[NR] = $3; size[NR] = $4
@@ -298,15 +345,17 @@ done
 			ref[$2 "|" $3 "|" $4] = $5
 	}
 	END {
-		printf "%-30s %-9s %6s %16s %10s  %s\n", "what", "transport",
-		       "size", "median_1way_us", "ratio_tf", "note"
+		printf "%-30s %-9s %-8s %6s %12s %10s  %s\n", "what",
+		       "transport", "kind", "size", "median_us", "ratio_tf",
+		       "note"
 		for (i = 1; i <= NR; i++) {
 			k = (kind[i] == "floor" ? "msg" : kind[i])
 			cls = (tp[i] == "tcp" ? "tcp" : "shm")
 			r = ref[cls "|" k "|" size[i]]
 			ratio = (r > 0 ? sprintf("%.2f", med[i] / r) : "-")
-			printf "%-30s %-9s %6s %16.3f %10s  %s\n", what[i],
-			       tp[i], size[i], med[i], ratio, note[i]
+			printf "%-30s %-9s %-8s %6s %12.3f %10s  %s\n",
+			       what[i], tp[i], kind[i], size[i], med[i], ratio,
+			       note[i]
 		}
 	}' "$rows"
 } >"$work/table"

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * bench.h - what the tollfree-bench subcommands share: statistics, the one
+ * report helper every table goes through (report_emit), the environment
+ * header, context opening and CPU pinning.  Definitions are in
+ * tollfree-bench.c; each subcommand lives in its own file (lat and reg in
+ * tollfree-bench.c, crr in bench_crr.c, churn in bench_churn.c).
+ */
+#ifndef TF_BENCH_H
+#define TF_BENCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <tollfree/tollfree.h>
+
+#define ARRAY_SIZE(_a) (sizeof(_a) / sizeof((_a)[0]))
+
+/* A wait for a peer or a completion that takes longer than this is an
+ * error (the peer died or the transport is stuck), not a slow sample. */
+#define WAIT_TIMEOUT_NS (30ull * 1000 * 1000 * 1000)
+/* Spins between two clock reads while waiting: a clock read costs more
+ * than a poll, so the deadline is checked only now and then. */
+#define WAIT_CHECK_EVERY 1024
+
+extern const char *prog;
+
+void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t now_ns(void);
+
+struct bench_stats {
+	double min, max, median, avg, stdev, p99, p999; /* nanoseconds */
+};
+
+/* Sorts @v in place. */
+void stats_compute(double *v, size_t n, struct bench_stats *st);
+/* The median of @v (sorts it in place); 0 when @n is 0. */
+double median_of(double *v, size_t n);
+
+/* Phases of one short session (crr), in the order they happen. */
+enum bench_phase {
+	PH_CONNECT,
+	PH_PREPARE,
+	PH_MOVE,
+	PH_REVOKE,
+	PH_CLOSE,
+	PH_COUNT,
+};
+extern const char *const bench_phase_names[PH_COUNT];
+
+struct bench_row {
+	const char *op;	   /* machine name: "write", "reg", "pool+mw/new" */
+	const char *title; /* table title in text output */
+	uint64_t size;
+	unsigned iters;
+	struct bench_stats st;
+	/* Modes layout only: completed units per second (sessions/s) and
+	 * the median of each phase, in nanoseconds. */
+	double rate;
+	double phases[PH_COUNT];
+};
+
+/* Sized: one perftest table per op and one row per size (lat, reg,
+ * churn).  Modes: one table, one row per mode, with a rate and a phase
+ * breakdown (crr). */
+enum report_layout {
+	LAYOUT_SIZED,
+	LAYOUT_MODES,
+};
+
+struct report {
+	const char *bench; /* "lat", "reg", "crr", "churn" */
+	enum report_layout layout;
+	char provider[16];
+	char device[64];
+	char transport[16];
+	char cpu[128];
+	long nproc;
+	/* Modes layout: what every row shares. */
+	uint64_t size;
+	unsigned transfers;
+	unsigned sessions;
+	struct bench_row *rows;
+	size_t nrows, cap;
+};
+
+enum out_fmt {
+	OUT_TEXT,
+	OUT_CSV,
+	OUT_JSON,
+};
+
+int report_add(struct report *r, const struct bench_row *row);
+/* The one place that prints results, in every format and layout. */
+void report_emit(const struct report *r, enum out_fmt fmt, FILE *f);
+int report_write_json(const struct report *r, const char *path);
+/* Fill the report's environment from an open context and print it. */
+void report_header(struct report *r, tf_context_t *ctx, const char *transport,
+		   const char *extra, enum out_fmt fmt);
+
+int bench_open_ctx(const char *provider, const char *device,
+		   const char *transport, tf_context_t **ctx_p);
+/* Wait for one successful completion on @cq. */
+int wait_one(tf_cq_t *cq, const char *what);
+/* The first two CPUs this process may run on, or -1. */
+void pick_cpus(int *a, int *b);
+void pin_to(int cpu);
+int parse_size(const char *arg, uint64_t max, uint64_t *out);
+int parse_uint(const char *arg, const char *what, unsigned min, unsigned *out);
+
+int cmd_crr(int argc, char **argv);
+int cmd_churn(int argc, char **argv);
+
+/* crr's plot (bench_plot.c): latency CDFs on a log axis and the phase
+ * breakdown as stacked bars.  @samples[i] holds row i's sorted samples
+ * (ns), @n[i] of them. */
+int plot_crr_svg(const char *path, const struct report *r,
+		 double *const *samples, const size_t *n);
+
+#endif /* TF_BENCH_H */

@@ -1,0 +1,133 @@
+#!/bin/bash
+# test.sh - the whole test suite, as CI runs it (.ci/run calls this).
+#
+#  1. installs missing Debian packages (scripts/deps.sh test);
+#  2. release build with -Werror (gcc), every test through CTest: the unit
+#     tests and the conformance suite on the soft provider (shm and tcp);
+#  3. the same suite built with ASan+UBSan, then with TSan;
+#  4. a clang -Werror build and a clang-format check;
+#  5. the verbs provider on real kernel Soft-RoCE: tests/vm/run.sh boots
+#     Debian's kernel in qemu with rdma_rxe and runs the conformance suite
+#     on one rxe device and on two rxe devices joined by a veth pair.
+#
+# Environment: TOLLFREE_TEST_QUICK=1 skips the sanitizer builds;
+# TOLLFREE_TEST_NO_VM=1 skips the qemu stage (it then counts as skipped).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+top=$PWD
+jobs=$(nproc)
+
+scripts/deps.sh test || exit 1
+
+passed=0 failed=0 skipped=0
+failures=()
+
+# run_ctest NAME BUILD_DIR [ctest args]: run, and add its counts.
+run_ctest() {
+	local name=$1 dir=$2 log
+	shift 2
+	log=$dir/ctest.log
+	echo "=== [$name] ctest"
+	ctest --test-dir "$dir" -j"$jobs" --output-on-failure "$@" 2>&1 |
+		tee "$log"
+	local total fail skip
+	total=$(sed -n 's/.*tests passed, [0-9]* tests* failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
+	fail=$(sed -n 's/.*tests passed, \([0-9]*\) tests* failed out of.*/\1/p' "$log" | tail -1)
+	skip=$(grep -c '(Skipped)' "$log" || true)
+	if [ -z "$total" ]; then
+		echo "[$name] ctest produced no summary"
+		failed=$((failed + 1))
+		failures+=("$name: no ctest summary")
+		return
+	fi
+	passed=$((passed + total - fail - skip))
+	failed=$((failed + fail))
+	skipped=$((skipped + skip))
+	((fail == 0)) || failures+=("$name: $fail failed")
+}
+
+# build NAME DIR [cmake args]
+build() {
+	local name=$1 dir=$2
+	shift 2
+	echo "=== [$name] configure + build"
+	if ! cmake -S "$top" -B "$dir" -DTOLLFREE_WERROR=ON "$@" >"$dir.cmake.log" 2>&1; then
+		cat "$dir.cmake.log"
+		failed=$((failed + 1)); failures+=("$name: configure")
+		return 1
+	fi
+	if ! cmake --build "$dir" -j"$jobs" 2>&1 | tail -n 40; then
+		failed=$((failed + 1)); failures+=("$name: build")
+		return 1
+	fi
+	return 0
+}
+
+mkdir -p build-ci
+# RelWithDebInfo keeps asserts out and symbols in, as users build.
+if build release build-ci/release -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+	run_ctest release build-ci/release
+fi
+
+if [ "${TOLLFREE_TEST_QUICK:-0}" != 1 ]; then
+	# Sanitized code runs 5-15x slower: the long loops (100,000 sessions,
+	# 10,000 revocation attempts) are sized down so that they stay within
+	# the per-test timeout; the release run above keeps the full counts.
+	export TF_TEST_SESSIONS=3000 TF_TEST_REVOKE_ATTEMPTS=1000
+	if build asan build-ci/asan -DCMAKE_BUILD_TYPE=Debug -DTOLLFREE_ASAN=ON; then
+		ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+			UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+			run_ctest asan build-ci/asan
+	fi
+	if build tsan build-ci/tsan -DCMAKE_BUILD_TYPE=Debug -DTOLLFREE_TSAN=ON; then
+		TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+			run_ctest tsan build-ci/tsan
+	fi
+	unset TF_TEST_SESSIONS TF_TEST_REVOKE_ATTEMPTS
+fi
+
+# clang must build warning-free too; its tests are not run again.
+if CC=clang build clang build-ci/clang -DBUILD_TESTING=ON; then
+	passed=$((passed + 1))
+fi
+
+echo "=== [format] clang-format --dry-run -Werror"
+mapfile -t srcs < <(git ls-files '*.c' '*.h')
+if clang-format --dry-run -Werror "${srcs[@]}" >build-ci/format.log 2>&1; then
+	passed=$((passed + 1))
+else
+	head -n 40 build-ci/format.log
+	failed=$((failed + 1)); failures+=("format: files not clang-formatted")
+fi
+
+if [ "${TOLLFREE_TEST_NO_VM:-0}" = 1 ]; then
+	echo "=== [vm] skipped: TOLLFREE_TEST_NO_VM=1"
+	skipped=$((skipped + 1))
+elif [ -x tests/vm/run.sh ]; then
+	echo "=== [vm] conformance suite on rdma_rxe in qemu"
+	tests/vm/run.sh build-ci/release 2>&1 | tee build-ci/vm.log
+	vm_rc=${PIPESTATUS[0]}
+	# The harness ends with its own "N passed, N failed, N skipped" line.
+	line=$(grep -E '^vm: [0-9]+ passed, [0-9]+ failed' build-ci/vm.log | tail -1)
+	if [ -n "$line" ]; then
+		p=$(sed -E 's/^vm: ([0-9]+) passed.*/\1/' <<<"$line")
+		f=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")
+		s=$(sed -nE 's/.* ([0-9]+) skipped.*/\1/p' <<<"$line")
+		passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + ${s:-0}))
+	fi
+	if ((vm_rc != 0)); then
+		failures+=("vm: harness exit $vm_rc")
+		[ -n "$line" ] && ((f > 0)) || failed=$((failed + 1))
+	fi
+else
+	echo "=== [vm] tests/vm/run.sh missing"
+	failed=$((failed + 1)); failures+=("vm: harness missing")
+fi
+
+echo
+if ((${#failures[@]})); then
+	echo "Failures:"
+	printf '  %s\n' "${failures[@]}"
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
+((failed == 0 && ${#failures[@]} == 0))

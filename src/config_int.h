@@ -24,13 +24,13 @@
 #define TF_CONFIG_VARS(XX)                                                     \
 	XX(core, PROVIDER, provider, STR, "auto",                              \
 	   "Provider to open: auto (verbs if an RDMA device exists, else "     \
-	   "soft), soft or verbs")                                              \
+	   "soft), soft or verbs")                                             \
 	XX(core, DEVICE, device, STR, "",                                      \
 	   "RDMA device for the verbs provider (empty: the first one)")        \
 	XX(core, LOG_LEVEL, log_level, LOGLEVEL, "warn",                       \
 	   "Log level: error, warn, info, debug or trace")                     \
 	XX(core, STATS, stats, STR, "",                                        \
-	   "Dump context counters at close: stdout, stderr or file:<path>")   \
+	   "Dump context counters at close: stdout, stderr or file:<path>")    \
 	XX(core, POLL_SPIN_US, poll_spin_us, UINT, "50",                       \
 	   "tf_cq_wait busy-polls this long before blocking on the CQ fd")     \
 	XX(core, QP_TIMEOUT_MS, qp_timeout_ms, UINT, "4000",                   \
@@ -41,10 +41,10 @@
 	   "Upper bound on completion queue depth")                            \
 	XX(soft, TRANSPORT, soft_transport, STR, "auto",                       \
 	   "Soft provider transport: auto (shm to peers on this host, else "   \
-	   "tcp), shm or tcp")                                                  \
+	   "tcp), shm or tcp")                                                 \
 	XX(soft, TCP_ADDR, soft_tcp_addr, STR, "127.0.0.1",                    \
 	   "Soft tcp transport: local IPv4/IPv6 address to listen on and "     \
-	   "advertise")                                                         \
+	   "advertise")                                                        \
 	XX(soft, TCP_PORT, soft_tcp_port, UINT, "0",                           \
 	   "Soft tcp transport: listening port (0: ephemeral)")                \
 	XX(soft, MAX_MSG, soft_max_msg, SIZE, "16M",                           \
@@ -57,17 +57,17 @@
 	   "Soft shm transport: SENDs up to this size are copied through "     \
 	   "the ring, larger ones are pulled by the receiver")                 \
 	XX(soft, XLATE_ENTRIES, soft_xlate_entries, UINT, "1024",              \
-	   "Translation-cache model: page translations resident on the "      \
-	   "modelled NIC")                                                      \
+	   "Translation-cache model: page translations resident on the "       \
+	   "modelled NIC")                                                     \
 	XX(soft, XLATE_MISS_NS, soft_xlate_miss_ns, UINT, "0",                 \
-	   "Translation-cache model: busy-wait added per miss (models a "     \
+	   "Translation-cache model: busy-wait added per miss (models a "      \
 	   "hardware NIC fetching a translation)")                             \
 	XX(soft, PROGRESS_THREAD, soft_progress_thread, BOOL, "n",             \
-	   "Soft provider: run a progress thread so that a passive peer "     \
+	   "Soft provider: run a progress thread so that a passive peer "      \
 	   "serves one-sided operations without polling")                      \
 	XX(pool, MAX, pool_max, SIZE, "1G",                                    \
-	   "Pools: most chunk memory one pool allocates and registers; a "    \
-	   "rent past it returns -ENOMEM")                                      \
+	   "Pools: most chunk memory one pool allocates and registers; a "     \
+	   "rent past it returns -ENOMEM")                                     \
 	XX(pool, CHUNK, pool_chunk, SIZE, "2M",                                \
 	   "Pools: bytes per chunk, registered once (a 2 MiB huge page)")      \
 	XX(pool, MIN_SLICE, pool_min_slice, SIZE, "64",                        \
@@ -84,15 +84,15 @@
 	XX(rcache, MAX_REGIONS, rcache_max_regions, UINT, "4096",              \
 	   "Registration cache: most cached regions")                          \
 	XX(rcache, MONITOR, rcache_monitor, STR, "auto",                       \
-	   "Registration cache: unmap monitor: auto (userfaultfd if "         \
+	   "Registration cache: unmap monitor: auto (userfaultfd if "          \
 	   "available, else none), uffd (required) or none (explicit "         \
-	   "tf_rcache_invalidate only)")                                         \
+	   "tf_rcache_invalidate only)")                                       \
 	XX(rcache, CHECK, rcache_check, BOOL, "n",                             \
-	   "Registration cache: verify hits against /proc/self/pagemap and "  \
+	   "Registration cache: verify hits against /proc/self/pagemap and "   \
 	   "treat a changed frame as a stale miss (debug)")                    \
 	XX(session, PSK, session_psk, STR, "",                                 \
-	   "Sessions: pre-shared key (text) that peers must prove with "      \
-	   "HMAC-SHA256; empty: no authentication")                             \
+	   "Sessions: pre-shared key (text) that peers must prove with "       \
+	   "HMAC-SHA256; empty: no authentication")                            \
 	XX(session, PSK_FILE, session_psk_file, STR, "",                       \
 	   "Sessions: file holding the pre-shared key (raw bytes, <= 256)")    \
 	XX(session, TIMEOUT_MS, session_timeout_ms, UINT, "2000",              \
@@ -100,36 +100,36 @@
 	XX(session, QP_CACHE, session_qp_cache, UINT, "16",                    \
 	   "Sessions: idle connections (QP + socket) kept for reuse; 0: none") \
 	XX(session, MW, session_mw, BOOL, "y",                                 \
-	   "Sessions: expose through memory windows when the provider has "   \
+	   "Sessions: expose through memory windows when the provider has "    \
 	   "them (n: a dedicated registration per exposure)")                  \
 	XX(core, REG_MODE, reg_mode, STR, "auto",                              \
-	   "Sessions: registration strategy: auto, pool (copy), cache or "    \
-	   "direct")                                                            \
+	   "Sessions: registration strategy: auto, pool (copy), cache or "     \
+	   "direct")                                                           \
 	XX(core, REG_CROSSOVER, reg_crossover, SIZE, "0",                      \
-	   "Sessions: auto mode copies buffers up to this size into pool "    \
+	   "Sessions: auto mode copies buffers up to this size into pool "     \
 	   "slices (0: measured when the node is created)")                    \
 	XX(verbs, GID_INDEX, verbs_gid_index, STR, "auto",                     \
 	   "Verbs provider: GID index (auto: the first RoCE v2 IPv4 GID, "     \
-	   "else 0)")                                                           \
+	   "else 0)")                                                          \
 	XX(verbs, PORT, verbs_port, UINT, "1", "Verbs provider: port number")  \
 	XX(verbs, MTU, verbs_mtu, UINT, "0",                                   \
 	   "Verbs provider: path MTU in bytes (0: the port's active MTU)")
 
 #define TF_CONFIG_STR_MAX 128
 
-#define TF__CFG_CTYPE_STR char
-#define TF__CFG_CTYPE_UINT uint64_t
-#define TF__CFG_CTYPE_SIZE uint64_t
-#define TF__CFG_CTYPE_BOOL bool
+#define TF__CFG_CTYPE_STR      char
+#define TF__CFG_CTYPE_UINT     uint64_t
+#define TF__CFG_CTYPE_SIZE     uint64_t
+#define TF__CFG_CTYPE_BOOL     bool
 #define TF__CFG_CTYPE_LOGLEVEL int
-#define TF__CFG_DIM_STR [TF_CONFIG_STR_MAX]
+#define TF__CFG_DIM_STR	       [TF_CONFIG_STR_MAX]
 #define TF__CFG_DIM_UINT
 #define TF__CFG_DIM_SIZE
 #define TF__CFG_DIM_BOOL
 #define TF__CFG_DIM_LOGLEVEL
 
 struct tf_config {
-#define TF__CFG_FIELD(_comp, _NAME, _field, _type, _def, _help)                \
+#define TF__CFG_FIELD(_comp, _NAME, _field, _type, _def, _help) \
 	TF__CFG_CTYPE_##_type _field TF__CFG_DIM_##_type;
 	TF_CONFIG_VARS(TF__CFG_FIELD)
 #undef TF__CFG_FIELD

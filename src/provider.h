@@ -28,7 +28,7 @@ struct tf_context {
 	struct tf_provider_ops *ops; /* full table, defaults filled in */
 	const char *prov_name;
 	char device[64];
-	struct tf_config cfg;        /* configuration in effect */
+	struct tf_config cfg; /* configuration in effect */
 	/* Live objects, for leak reports at close. */
 	atomic_long n_pd, n_mr, n_mw, n_cq, n_qp;
 	/* Counters; relaxed atomics because MR ops are thread-safe. */
@@ -68,8 +68,8 @@ struct tf_qp {
 	struct tf_pd *pd;
 	struct tf_cq *send_cq;
 	struct tf_cq *recv_cq;
-	uint32_t qpn;              /* set by the provider */
-	enum tf_qp_state state;    /* maintained by the provider */
+	uint32_t qpn;		/* set by the provider */
+	enum tf_qp_state state; /* maintained by the provider */
 	/* Limits after defaults were applied (the provider may raise them). */
 	uint32_t max_send_wr, max_recv_wr, max_sge, max_inline_data;
 	uint32_t access;
@@ -82,7 +82,7 @@ struct tf_qp {
 };
 
 /* Increment a relaxed counter (statistics only, no ordering). */
-#define TF_STAT_ADD(_obj, _field, _n)                                          \
+#define TF_STAT_ADD(_obj, _field, _n) \
 	atomic_fetch_add_explicit(&(_obj)->_field, (_n), memory_order_relaxed)
 
 struct tf_provider_ops {
@@ -159,12 +159,12 @@ void tf__log(tf_log_level_t level, const char *subsys, const char *fmt, ...)
 bool tf__log_enabled(tf_log_level_t level);
 
 #define tf_log_error(_sub, ...) tf__log(TF_LOG_ERROR, _sub, __VA_ARGS__)
-#define tf_log_warn(_sub, ...) tf__log(TF_LOG_WARN, _sub, __VA_ARGS__)
-#define tf_log_info(_sub, ...) tf__log(TF_LOG_INFO, _sub, __VA_ARGS__)
-#define tf_log_debug(_sub, ...)                                                \
-	do {                                                                   \
-		if (tf__log_enabled(TF_LOG_DEBUG))                             \
-			tf__log(TF_LOG_DEBUG, _sub, __VA_ARGS__);              \
+#define tf_log_warn(_sub, ...)	tf__log(TF_LOG_WARN, _sub, __VA_ARGS__)
+#define tf_log_info(_sub, ...)	tf__log(TF_LOG_INFO, _sub, __VA_ARGS__)
+#define tf_log_debug(_sub, ...)                                   \
+	do {                                                      \
+		if (tf__log_enabled(TF_LOG_DEBUG))                \
+			tf__log(TF_LOG_DEBUG, _sub, __VA_ARGS__); \
 	} while (0)
 
 /* Fill @buf with CSPRNG bytes (getrandom); 0 or -errno. */

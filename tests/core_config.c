@@ -31,9 +31,9 @@ int main(void)
 	CHECK_OK(tf_config_check("SOFT_MAX_MSG", "inf"));
 	CHECK_ERR(tf_config_check("SOFT_SHM_RING_SIZE", "64Q"), -EINVAL);
 	CHECK_ERR(tf_config_check("SOFT_SHM_RING_SIZE", "-1"), -EINVAL);
-	CHECK_ERR(tf_config_check("SOFT_SHM_RING_SIZE",
-				  "99999999999999999999G"),
-		  -EINVAL);
+	CHECK_ERR(
+		tf_config_check("SOFT_SHM_RING_SIZE", "99999999999999999999G"),
+		-EINVAL);
 	CHECK_OK(tf_config_check("SOFT_PROGRESS_THREAD", "yes"));
 	CHECK_ERR(tf_config_check("SOFT_PROGRESS_THREAD", "maybe"), -EINVAL);
 	CHECK_OK(tf_config_check("LOG_LEVEL", "debug"));

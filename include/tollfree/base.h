@@ -27,12 +27,12 @@ extern "C" {
 #define TOLLFREE_VERSION_MAJOR 0
 #define TOLLFREE_VERSION_MINOR 1
 #define TOLLFREE_VERSION_PATCH 0
-#define TOLLFREE_VERSION                                                      \
-	((TOLLFREE_VERSION_MAJOR << 16) | (TOLLFREE_VERSION_MINOR << 8) |      \
+#define TOLLFREE_VERSION                                                  \
+	((TOLLFREE_VERSION_MAJOR << 16) | (TOLLFREE_VERSION_MINOR << 8) | \
 	 TOLLFREE_VERSION_PATCH)
 
 /* True when the library the program runs with is at least _maj._min. */
-#define TOLLFREE_CHECK_VERSION(_maj, _min)                                    \
+#define TOLLFREE_CHECK_VERSION(_maj, _min) \
 	(tf_version() >= (((_maj) << 16) | ((_min) << 8)))
 
 /*
@@ -40,21 +40,21 @@ extern "C" {
  * with errno values; functions return them negated, like errno values.
  */
 #define TF_ERRNO_OFFSET 256
-#define TF_ERRNO_MAP(XX)                                                      \
-	XX(TF_ENOPROVIDER, 256, "no usable provider")                          \
-	XX(TF_EWIRE, 257, "malformed message from peer")                       \
-	XX(TF_EVERSION, 258, "unsupported wire version")                       \
-	XX(TF_EAUTH, 259, "peer failed authentication")                        \
-	XX(TF_EQPERR, 260, "queue pair is in the error state")                 \
-	XX(TF_EPEER, 261, "peer address blob does not match this provider")    \
-	XX(TF_ESTALE, 262, "stale registration detected")                      \
+#define TF_ERRNO_MAP(XX)                                                    \
+	XX(TF_ENOPROVIDER, 256, "no usable provider")                       \
+	XX(TF_EWIRE, 257, "malformed message from peer")                    \
+	XX(TF_EVERSION, 258, "unsupported wire version")                    \
+	XX(TF_EAUTH, 259, "peer failed authentication")                     \
+	XX(TF_EQPERR, 260, "queue pair is in the error state")              \
+	XX(TF_EPEER, 261, "peer address blob does not match this provider") \
+	XX(TF_ESTALE, 262, "stale registration detected")                   \
 	XX(TF_EFORK, 263, "object unusable in a forked child")
 
 enum {
 #define TF__ERRNO_ENUM(_name, _val, _str) _name = _val,
 	TF_ERRNO_MAP(TF__ERRNO_ENUM)
 #undef TF__ERRNO_ENUM
-	TF_ERRNO_LAST
+		TF_ERRNO_LAST
 };
 
 /*

@@ -74,19 +74,19 @@ int tf_context_progress(tf_context_t *ctx);
 
 /* Capability flags (tf_caps_t.flags). */
 enum tf_cap_flags {
-	TF_CAP_MW_TYPE2 = 1u << 0,    /* type-2 memory windows bind by WR */
-	TF_CAP_ATOMIC = 1u << 1,      /* 64-bit fetch-add / compare-swap */
+	TF_CAP_MW_TYPE2 = 1u << 0, /* type-2 memory windows bind by WR */
+	TF_CAP_ATOMIC = 1u << 1,   /* 64-bit fetch-add / compare-swap */
 	TF_CAP_SEND_WITH_INV = 1u << 2,
-	TF_CAP_ODP = 1u << 3,         /* on-demand paging */
-	TF_CAP_REREG = 1u << 4,       /* re-registration in place */
-	TF_CAP_MEM_ALLOC = 1u << 5,   /* tf_mem_alloc gives faster memory */
-	TF_CAP_CQ_FD = 1u << 6,       /* completion fd for blocking waits */
-	TF_CAP_INLINE = 1u << 7,      /* inline sends */
+	TF_CAP_ODP = 1u << 3,	    /* on-demand paging */
+	TF_CAP_REREG = 1u << 4,	    /* re-registration in place */
+	TF_CAP_MEM_ALLOC = 1u << 5, /* tf_mem_alloc gives faster memory */
+	TF_CAP_CQ_FD = 1u << 6,	    /* completion fd for blocking waits */
+	TF_CAP_INLINE = 1u << 7,    /* inline sends */
 };
 
 /* What a context can do.  Filled by tf_context_query_caps(). */
 typedef struct tf_caps {
-	uint64_t flags;            /* enum tf_cap_flags */
+	uint64_t flags; /* enum tf_cap_flags */
 	uint64_t max_mr_size;
 	uint32_t max_mr;
 	uint32_t max_mw;
@@ -98,7 +98,7 @@ typedef struct tf_caps {
 	uint32_t max_msg_size;
 	char provider[16];
 	char device[64];
-	char transport[16];        /* soft: shm|tcp|auto; verbs: RoCE/IB */
+	char transport[16]; /* soft: shm|tcp|auto; verbs: RoCE/IB */
 	uint64_t reserved[8];
 } tf_caps_t;
 
@@ -107,19 +107,19 @@ int tf_context_query_caps(tf_context_t *ctx, tf_caps_t *caps);
 
 /* Counters of a context, summed over its objects (also destroyed ones). */
 typedef struct tf_context_stats {
-	uint64_t mr_reg;           /* successful registrations */
+	uint64_t mr_reg; /* successful registrations */
 	uint64_t mr_dereg;
 	uint64_t mr_reg_fail;
-	uint64_t pinned_bytes;     /* currently registered bytes */
-	uint64_t mw_bind;          /* completed BIND_MW work requests */
-	uint64_t mw_inval;         /* LOCAL_INV and SEND_WITH_INV received */
+	uint64_t pinned_bytes; /* currently registered bytes */
+	uint64_t mw_bind;      /* completed BIND_MW work requests */
+	uint64_t mw_inval;     /* LOCAL_INV and SEND_WITH_INV received */
 	uint64_t qp_created;
-	uint64_t qp_errors;        /* QPs that went to the error state */
+	uint64_t qp_errors; /* QPs that went to the error state */
 	uint64_t send_posted;
 	uint64_t recv_posted;
 	uint64_t cqe_ok;
 	uint64_t cqe_err;
-	uint64_t bytes_out;        /* payload of successful send-queue WRs */
+	uint64_t bytes_out; /* payload of successful send-queue WRs */
 	uint64_t remote_access_denied; /* peer accesses this side rejected */
 	/* Translation-cache model (soft provider; 0 elsewhere). */
 	uint64_t xlate_hits;
@@ -150,8 +150,7 @@ void tf_mem_free(tf_context_t *ctx, void *addr, size_t size);
  * it found a device (1), none (0) or failed to probe (negative errno).
  * Returns the number of providers.  Thread-safe.
  */
-typedef void (*tf_provider_fn_t)(const char *name, int available,
-				 void *arg);
+typedef void (*tf_provider_fn_t)(const char *name, int available, void *arg);
 int tf_provider_foreach(tf_provider_fn_t fn, void *arg);
 
 #pragma GCC visibility pop

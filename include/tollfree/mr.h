@@ -27,8 +27,8 @@ enum tf_access {
 	TF_ACCESS_REMOTE_ATOMIC = 1u << 3,
 	TF_ACCESS_MW_BIND = 1u << 4,
 };
-#define TF_ACCESS_ALL                                                         \
-	(TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_WRITE |                      \
+#define TF_ACCESS_ALL                                     \
+	(TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_WRITE | \
 	 TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_ATOMIC | TF_ACCESS_MW_BIND)
 
 /*

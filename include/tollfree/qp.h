@@ -40,15 +40,15 @@ int tf_cq_destroy(tf_cq_t *cq);
 
 enum tf_wc_status {
 	TF_WC_SUCCESS = 0,
-	TF_WC_LOC_LEN_ERR,      /* local length error (e.g. recv too small) */
-	TF_WC_LOC_QP_OP_ERR,    /* local QP operation error */
-	TF_WC_LOC_PROT_ERR,     /* bad lkey or local access */
-	TF_WC_WR_FLUSH_ERR,     /* flushed: the QP is in the error state */
+	TF_WC_LOC_LEN_ERR,   /* local length error (e.g. recv too small) */
+	TF_WC_LOC_QP_OP_ERR, /* local QP operation error */
+	TF_WC_LOC_PROT_ERR,  /* bad lkey or local access */
+	TF_WC_WR_FLUSH_ERR,  /* flushed: the QP is in the error state */
 	TF_WC_MW_BIND_ERR,
-	TF_WC_REM_INV_REQ_ERR,  /* remote invalid request */
-	TF_WC_REM_ACCESS_ERR,   /* remote key, range, access or QP check failed */
-	TF_WC_REM_OP_ERR,       /* remote operation error */
-	TF_WC_RETRY_EXC_ERR,    /* transport retries exceeded / peer gone */
+	TF_WC_REM_INV_REQ_ERR, /* remote invalid request */
+	TF_WC_REM_ACCESS_ERR, /* remote key, range, access or QP check failed */
+	TF_WC_REM_OP_ERR,     /* remote operation error */
+	TF_WC_RETRY_EXC_ERR,  /* transport retries exceeded / peer gone */
 	TF_WC_RNR_RETRY_EXC_ERR, /* receiver not ready, retries exceeded */
 	TF_WC_FATAL_ERR,
 	TF_WC_GENERAL_ERR,
@@ -65,7 +65,7 @@ enum tf_wc_opcode {
 	TF_WC_COMP_SWAP,
 	TF_WC_BIND_MW,
 	TF_WC_LOCAL_INV,
-	TF_WC_RECV = 128,         /* a SEND, SEND_WITH_IMM or SEND_WITH_INV */
+	TF_WC_RECV = 128,	  /* a SEND, SEND_WITH_IMM or SEND_WITH_INV */
 	TF_WC_RECV_RDMA_WITH_IMM, /* an RDMA_WRITE_WITH_IMM consumed a recv */
 };
 
@@ -80,11 +80,11 @@ struct tf_wc {
 	uint64_t wr_id;
 	enum tf_wc_status status;
 	enum tf_wc_opcode opcode;
-	uint32_t byte_len;         /* receive completions */
-	uint32_t imm_data;         /* host byte order; TF_WC_WITH_IMM */
+	uint32_t byte_len;	   /* receive completions */
+	uint32_t imm_data;	   /* host byte order; TF_WC_WITH_IMM */
 	uint32_t invalidated_rkey; /* TF_WC_WITH_INV */
-	uint32_t flags;            /* enum tf_wc_flags */
-	uint32_t vendor_err;       /* provider detail for errors */
+	uint32_t flags;		   /* enum tf_wc_flags */
+	uint32_t vendor_err;	   /* provider detail for errors */
 	tf_qp_t *qp;
 };
 
@@ -138,12 +138,12 @@ enum tf_qp_params_field {
 
 typedef struct tf_qp_params {
 	uint64_t field_mask;
-	tf_cq_t *send_cq;          /* required */
-	tf_cq_t *recv_cq;          /* required (may equal send_cq) */
-	uint32_t max_send_wr;      /* default 256 */
-	uint32_t max_recv_wr;      /* default 256 */
-	uint32_t max_sge;          /* per WR, both queues; default 4 */
-	uint32_t max_inline_data;  /* default 256 */
+	tf_cq_t *send_cq;	  /* required */
+	tf_cq_t *recv_cq;	  /* required (may equal send_cq) */
+	uint32_t max_send_wr;	  /* default 256 */
+	uint32_t max_recv_wr;	  /* default 256 */
+	uint32_t max_sge;	  /* per WR, both queues; default 4 */
+	uint32_t max_inline_data; /* default 256 */
 	/* Remote operations the QP accepts (TF_ACCESS_REMOTE_*); default all. */
 	uint32_t access;
 	/* RNR retries; 7 means retry forever (verbs); default 7. */
@@ -219,9 +219,10 @@ struct tf_send_wr {
 	struct tf_sge *sg_list;
 	int num_sge;
 	enum tf_wr_opcode opcode;
-	unsigned send_flags;   /* enum tf_send_flags */
-	uint32_t imm_data;     /* host byte order; *_WITH_IMM */
-	uint32_t invalidate_rkey; /* SEND_WITH_INV (remote), LOCAL_INV (local) */
+	unsigned send_flags; /* enum tf_send_flags */
+	uint32_t imm_data;   /* host byte order; *_WITH_IMM */
+	uint32_t
+		invalidate_rkey; /* SEND_WITH_INV (remote), LOCAL_INV (local) */
 	union {
 		struct {
 			uint64_t remote_addr;
@@ -273,9 +274,9 @@ int tf_post_recv(tf_qp_t *qp, struct tf_recv_wr *wr,
 typedef struct tf_qp_stats {
 	uint64_t send_posted;
 	uint64_t recv_posted;
-	uint64_t send_completed;   /* completions of any status */
+	uint64_t send_completed; /* completions of any status */
 	uint64_t recv_completed;
-	uint64_t errors;           /* error completions other than flush */
+	uint64_t errors; /* error completions other than flush */
 	uint64_t flushed;
 	uint64_t rnr_retries;
 	uint64_t bytes_out;

@@ -27,21 +27,21 @@ struct cfg_var {
 };
 
 static const struct cfg_var cfg_table[] = {
-#define TF__CFG_ROW(_comp, _NAME, _field, _type, _def, _help)                  \
-	{#_comp,                                                               \
-	 (#_comp[0] == 'c') ? #_NAME : #_comp "_" #_NAME,                     \
-	 CFG_##_type,                                                          \
-	 _def,                                                                 \
-	 _help,                                                                \
-	 offsetof(struct tf_config, _field),                                   \
+#define TF__CFG_ROW(_comp, _NAME, _field, _type, _def, _help) \
+	{#_comp,                                              \
+	 (#_comp[0] == 'c') ? #_NAME : #_comp "_" #_NAME,     \
+	 CFG_##_type,                                         \
+	 _def,                                                \
+	 _help,                                               \
+	 offsetof(struct tf_config, _field),                  \
 	 sizeof(((struct tf_config *)0)->_field)},
 	TF_CONFIG_VARS(TF__CFG_ROW)
 #undef TF__CFG_ROW
 };
 #define CFG_N (sizeof(cfg_table) / sizeof(cfg_table[0]))
 
-static const char *const log_level_names[] = {"error", "warn", "info",
-					      "debug", "trace"};
+static const char *const log_level_names[] = {"error", "warn", "info", "debug",
+					      "trace"};
 
 static struct tf_config env_cfg;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;

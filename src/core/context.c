@@ -199,8 +199,8 @@ static void fill_ops(struct tf_provider_ops *dst,
 {
 	*dst = default_ops;
 	dst->name = src->name;
-#define FILL(_f)                                                               \
-	if (src->_f)                                                           \
+#define FILL(_f)     \
+	if (src->_f) \
 		dst->_f = src->_f;
 	FILL(probe)
 	FILL(list_devices)
@@ -358,7 +358,8 @@ static void dump_stats(tf_context_t *ctx)
 	} else if (!strncmp(ctx->cfg.stats, "file:", 5)) {
 		f = fopen(ctx->cfg.stats + 5, "a");
 		if (!f) {
-			tf_log_warn("core", "TOLLFREE_STATS: cannot open %s: %m",
+			tf_log_warn("core",
+				    "TOLLFREE_STATS: cannot open %s: %m",
 				    ctx->cfg.stats + 5);
 			return;
 		}

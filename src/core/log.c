@@ -34,8 +34,8 @@ static void default_handler(tf_log_level_t level, const char *subsys,
 
 static int current_level(void)
 {
-	int lvl = atomic_load_explicit(&log_level_override,
-				       memory_order_relaxed);
+	int lvl =
+		atomic_load_explicit(&log_level_override, memory_order_relaxed);
 	struct tf_config cfg;
 
 	if (lvl >= 0)

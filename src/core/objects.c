@@ -40,7 +40,8 @@ int tf_pd_destroy(tf_pd_t *pd)
 		return 0;
 	ctx = pd->ctx;
 	if (atomic_load(&pd->refs)) {
-		tf_log_warn("core", "pd %p destroyed while in use by %ld objects",
+		tf_log_warn("core",
+			    "pd %p destroyed while in use by %ld objects",
 			    (void *)pd, (long)atomic_load(&pd->refs));
 		return -EBUSY;
 	}
@@ -285,8 +286,8 @@ int tf_cq_wait(tf_cq_t *cq, int n, struct tf_wc *wc, int timeout_ms)
 {
 	uint64_t start = tf__now_ns(), now;
 	uint64_t spin_ns = cq->ctx->cfg.poll_spin_us * 1000ull;
-	uint64_t limit_ns = timeout_ms < 0 ? UINT64_MAX
-					   : (uint64_t)timeout_ms * 1000000ull;
+	uint64_t limit_ns =
+		timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
 	int fd = -1, ret;
 
 	for (;;) {
@@ -359,18 +360,21 @@ int tf__qp_attr_init(struct tf_pd *pd, const tf_qp_params_t *p,
 	attr->pd = pd;
 	attr->send_cq = p->send_cq;
 	attr->recv_cq = p->recv_cq;
-	attr->max_send_wr =
-		(p->field_mask & TF_QP_PARAM_MAX_SEND_WR) ? p->max_send_wr : 256;
-	attr->max_recv_wr =
-		(p->field_mask & TF_QP_PARAM_MAX_RECV_WR) ? p->max_recv_wr : 256;
+	attr->max_send_wr = (p->field_mask & TF_QP_PARAM_MAX_SEND_WR)
+				    ? p->max_send_wr
+				    : 256;
+	attr->max_recv_wr = (p->field_mask & TF_QP_PARAM_MAX_RECV_WR)
+				    ? p->max_recv_wr
+				    : 256;
 	attr->max_sge = (p->field_mask & TF_QP_PARAM_MAX_SGE) ? p->max_sge : 4;
-	attr->max_inline_data =
-		(p->field_mask & TF_QP_PARAM_MAX_INLINE) ? p->max_inline_data
-							 : 256;
-	attr->access = (p->field_mask & TF_QP_PARAM_ACCESS)
-			       ? p->access
-			       : (TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE |
-				  TF_ACCESS_REMOTE_ATOMIC);
+	attr->max_inline_data = (p->field_mask & TF_QP_PARAM_MAX_INLINE)
+					? p->max_inline_data
+					: 256;
+	attr->access =
+		(p->field_mask & TF_QP_PARAM_ACCESS)
+			? p->access
+			: (TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE |
+			   TF_ACCESS_REMOTE_ATOMIC);
 	attr->rnr_retry =
 		(p->field_mask & TF_QP_PARAM_RNR_RETRY) ? p->rnr_retry : 7;
 	attr->timeout_ms = (p->field_mask & TF_QP_PARAM_TIMEOUT)
@@ -381,9 +385,9 @@ int tf__qp_attr_init(struct tf_pd *pd, const tf_qp_params_t *p,
 	    attr->max_recv_wr > cfg->qp_max_wr || attr->max_sge > 64 ||
 	    attr->max_inline_data > 65536 || attr->rnr_retry > 7 ||
 	    !attr->timeout_ms ||
-	    (attr->access & ~(unsigned)(TF_ACCESS_REMOTE_READ |
-					TF_ACCESS_REMOTE_WRITE |
-					TF_ACCESS_REMOTE_ATOMIC)))
+	    (attr->access &
+	     ~(unsigned)(TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE |
+			 TF_ACCESS_REMOTE_ATOMIC)))
 		return -EINVAL;
 	return 0;
 }

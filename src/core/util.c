@@ -12,7 +12,7 @@
 #include "provider.h"
 
 #define TF__STR2(x) #x
-#define TF__STR(x) TF__STR2(x)
+#define TF__STR(x)  TF__STR2(x)
 
 const char *tf_strerror(int err)
 {
@@ -21,8 +21,8 @@ const char *tf_strerror(int err)
 	switch (err) {
 	case 0:
 		return "success";
-#define TF__ERRNO_CASE(_name, _val, _str)                                      \
-	case _val:                                                             \
+#define TF__ERRNO_CASE(_name, _val, _str) \
+	case _val:                        \
 		return _str;
 		TF_ERRNO_MAP(TF__ERRNO_CASE)
 #undef TF__ERRNO_CASE

@@ -720,7 +720,7 @@ void soft_shm_qp_destroy(struct soft_qp *qp);
 #define SOFT_TCP_HDR_MAX    48
 
 enum soft_tcp_op {
-	SOFT_TCP_OP_HELLO = 1,       /* connector -> acceptor, first frame */
+	SOFT_TCP_OP_HELLO = 1, /* connector -> acceptor, first frame */
 	SOFT_TCP_OP_SEND = 2,
 	SOFT_TCP_OP_SEND_IMM = 3,
 	SOFT_TCP_OP_SEND_INV = 4,
@@ -729,7 +729,7 @@ enum soft_tcp_op {
 	SOFT_TCP_OP_READ_REQ = 7,
 	SOFT_TCP_OP_FETCH_ADD = 8,
 	SOFT_TCP_OP_CMP_SWAP = 9,
-	SOFT_TCP_OP_ACK = 10,        /* status 0: ACK, else NAK */
+	SOFT_TCP_OP_ACK = 10, /* status 0: ACK, else NAK */
 	SOFT_TCP_OP_READ_RESP = 11,
 	SOFT_TCP_OP_ATOMIC_RESP = 12,
 };
@@ -750,12 +750,12 @@ struct soft_tcp_hdr {
 	uint32_t size, psn;
 	uint32_t dst_qpn, src_qpn;     /* HELLO */
 	uint64_t dst_nonce, src_nonce; /* HELLO */
-	uint32_t imm, inv_rkey;        /* SEND*, WRITE_IMM */
-	uint64_t raddr;                /* WRITE*, READ_REQ, atomics */
+	uint32_t imm, inv_rkey;	       /* SEND*, WRITE_IMM */
+	uint64_t raddr;		       /* WRITE*, READ_REQ, atomics */
 	uint32_t rkey;
-	uint32_t length;               /* READ_REQ */
-	uint64_t compare_add, swap;    /* atomics */
-	uint64_t orig;                 /* ATOMIC_RESP */
+	uint32_t length;	    /* READ_REQ */
+	uint64_t compare_add, swap; /* atomics */
+	uint64_t orig;		    /* ATOMIC_RESP */
 };
 
 /* Decode the header at the start of @buf (@len bytes available).  Pure: no

@@ -118,9 +118,14 @@ KROOT="$K/root"
 # ------------------------------------------------------------- initramfs
 TESTS=${TOLLFREE_VM_TESTS:-}
 if [ -z "$TESTS" ]; then
-	for f in "$BUILD"/tests/conf_* "$BUILD"/tests/verbs_smoke; do
+	# The conformance suite, and the pool and registration-cache tests,
+	# which must hold on rxe as on the soft provider.
+	for f in "$BUILD"/tests/conf_* "$BUILD"/tests/verbs_smoke \
+		"$BUILD"/tests/pool_* "$BUILD"/tests/rcache_*; do
 		[ -f "$f" ] && [ -x "$f" ] && TESTS="$TESTS $(basename "$f")"
 	done
+	# The examples run as one more test (kv_example: see below).
+	[ -x "$BUILD/examples/kv_server" ] && TESTS="$TESTS kv_example"
 fi
 [ -n "$TESTS" ] || die "no test executables in $BUILD/tests"
 EXAMPLES=""
@@ -180,13 +185,24 @@ if [ -n "$WRAP" ]; then
 	BINS="$BINS $WPROG"
 fi
 for b in $BINS; do cp "$b" "$R$b"; done
-for t in $TESTS; do cp "$BUILD/tests/$t" "$R/tf/bin/"; done
+for t in $TESTS; do
+	[ "$t" = kv_example ] || cp "$BUILD/tests/$t" "$R/tf/bin/"
+done
 for e in $EXAMPLES; do cp "$e" "$R/tf/bin/"; done
+if [ -n "$EXAMPLES" ]; then
+	# kv_test.sh starts kv_server on TOLLFREE_DEVICE and kv_client on
+	# TOLLFREE_TEST_PEER_DEVICE, so the example crosses the veth too.
+	cp "$HERE/../../examples/kv_test.sh" "$R/tf/bin/kv_test.sh"
+	printf '#!/bin/sh\nexec /tf/bin/kv_test.sh /tf/bin/kv_server /tf/bin/kv_client\n' \
+		>"$R/tf/bin/kv_example"
+	chmod +x "$R/tf/bin/kv_test.sh" "$R/tf/bin/kv_example"
+fi
 [ $BENCH = 1 ] && cp "$BUILD/tools/tollfree-bench" "$R/tf/bin/"
 for f in $BINS "$R"/tf/bin/* "$PROV" /lib/x86_64-linux-gnu/libgcc_s.so.1; do
 	case "$f" in *.so*) echo "$f" ;; esac
 	ldd "$f" 2>/dev/null |
-		awk '/=>/ && $3 ~ /^\//{print $3} /^[ \t]*\//{print $1}'
+		awk '/=>/ && $3 ~ /^\//{print $3} /^[ \t]*\//{print $1}' ||
+		true # scripts (kv_example) are not dynamic executables
 done | sort -u | while read -r lib; do
 	case "$lib" in
 	"$BUILD"/*) dst=/usr/lib/x86_64-linux-gnu/$(basename "$lib") ;;
@@ -278,6 +294,8 @@ NSKIP=$(grep -c ' SKIP ' "$W/summary.txt" || true)
 NFAIL=$(grep -c ' FAIL' "$W/summary.txt" || true)
 echo "summary: $NPASS passed, $NSKIP skipped, $NFAIL failed;" \
 	"total $(($(date +%s) - T_START)) s"
+# The closing line that scripts/test.sh adds to its own count.
+echo "vm: $NPASS passed, $NFAIL failed, $NSKIP skipped"
 if ! grep -q '^@@DONE' "$LOG"; then
 	echo "FAIL: the guest did not finish; last console lines:"
 	grep -v '^@@' "$LOG" | tail -15

@@ -840,10 +840,19 @@ void tf_pool_destroy(tf_pool_t *p)
 		for (unsigned c = 0; c < p->ncls; c++)
 			free_slices +=
 				atomic_load_explicit(&tc->bins[c].n, RELAXED);
-		/* Other threads free their cache later; ours goes now. */
+		/* Other threads free their cache later (next slow path or
+		 * thread exit); ours goes now, below. */
 		tc->pool = NULL;
 	}
 	p->tcaches = NULL;
+	for (struct pool_tcache **pp = &tls_list, *tc; (tc = *pp);) {
+		if (tc->pool) {
+			pp = &tc->thr_next;
+			continue;
+		}
+		*pp = tc->thr_next;
+		tcache_free_locked(tc);
+	}
 	pthread_mutex_unlock(&tc_lock);
 	for (unsigned c = 0; c < p->ncls; c++)
 		free_slices += p->cls[c].nfree;

@@ -48,11 +48,13 @@ static inline uint64_t pin_hash(uint64_t page)
 	return (page * 0x9E3779B97F4A7C15ull) >> 20;
 }
 
-/* pin_lock held */
+/* pin_lock held; inserting needs room (pin_reserve). */
 static struct pin_ent *pin_find(uint64_t key, bool insert)
 {
 	uint64_t h = pin_hash(key) & pin_mask;
 
+	if (!pin_tab) /* freed when the last page was unpinned */
+		return NULL;
 	for (;;) {
 		if (pin_tab[h].page == key)
 			return &pin_tab[h];
@@ -292,6 +294,13 @@ static void unpin_range(uintptr_t start, size_t npages)
 {
 	pthread_mutex_lock(&pin_lock);
 	unpin_pages(start, npages);
+	/* Nothing pinned any more: give the table back, so that a process
+	 * that closed every context holds no memory of ours. */
+	if (!pin_used) {
+		tf__free(pin_tab);
+		pin_tab = NULL;
+		pin_mask = 0;
+	}
 	pthread_mutex_unlock(&pin_lock);
 }
 

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fault_util.h - helpers shared by the fault and soak tests (header only):
+ * resource counters of this process (fds, threads, RSS) and peers that run
+ * as separate programs.  A peer is this same executable started again
+ * through /proc/self/exe with "peer" arguments, so that it begins with a
+ * fresh address space and opens its own context (a forked child would
+ * inherit the parent's context, which the library refuses to use).
+ */
+#ifndef TF_FAULT_UTIL_H
+#define TF_FAULT_UTIL_H
+
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tf_test.h"
+
+static inline uint64_t ft_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Open file descriptors of this process (the directory's own excluded). */
+static inline int ft_count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1;
+}
+
+/* Print what each open file descriptor is (for a failure message). */
+static inline void ft_dump_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		char path[300], target[256];
+		ssize_t n;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		n = readlink(path, target, sizeof(target) - 1);
+		target[n < 0 ? 0 : n] = 0;
+		tf_test_info("fd %s -> %s", e->d_name, target);
+	}
+	closedir(d);
+}
+
+/* A numeric field of /proc/self/status ("Threads", "VmRSS"), -1 if absent. */
+static inline long ft_status(const char *field)
+{
+	char line[256];
+	size_t fl = strlen(field);
+	long v = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, fl) && line[fl] == ':') {
+			v = strtol(line + fl + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+/*
+ * Start this executable again as a peer: argv = {exe, "peer", a1, a2, a3,
+ * notify-fd}.  The peer reports progress by writing to the pipe whose read
+ * end lands in *@rfd_p.  Returns the pid.
+ */
+static inline pid_t ft_spawn(const char *a1, const char *a2, const char *a3,
+			     int *rfd_p)
+{
+	int fds[2];
+	pid_t pid;
+
+	CHECK(!pipe(fds));
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		char wfd[16];
+
+		close(fds[0]);
+		/* A peer never outlives the test. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		snprintf(wfd, sizeof(wfd), "%d", fds[1]);
+		execl("/proc/self/exe", "peer", "peer", a1, a2, a3, wfd,
+		      (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	*rfd_p = fds[0];
+	return pid;
+}
+
+/* Read one u64 from a peer's pipe within @ms; false on timeout or EOF. */
+static inline bool ft_recv(int fd, uint64_t *v, int ms)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+
+	if (poll(&pfd, 1, ms) != 1)
+		return false;
+	return read(fd, v, sizeof(*v)) == (ssize_t)sizeof(*v);
+}
+
+/* Peer side: report @v to the parent. */
+static inline void ft_send(int fd, uint64_t v)
+{
+	CHECK(write(fd, &v, sizeof(v)) == (ssize_t)sizeof(v));
+}
+
+/* Kill @pid (if @sig) and reap it; returns the wait status. */
+static inline int ft_reap(pid_t pid, int sig)
+{
+	int status = 0;
+
+	if (sig)
+		kill(pid, sig);
+	CHECK(waitpid(pid, &status, 0) == pid);
+	return status;
+}
+
+#endif /* TF_FAULT_UTIL_H */

@@ -1,0 +1,548 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * soak_sessions: one server process and CLIENTS client processes, each
+ * running THREADS concurrent short sessions back to back (one thread per
+ * session slot) on loopback for a fixed time.  A session: the server rents
+ * a slice of a size that varies with the session, fills it with a pattern
+ * and exposes it; the client READs and checks it, attaches a buffer of its
+ * own, WRITEs another pattern back and closes; the server checks what was
+ * written and closes.
+ *
+ * Afterwards every session is accounted for: each client reports how many
+ * sessions it completed and how many failed (with the first errors
+ * printed), the server counts per client what it completed, and the two
+ * must agree; no session may be lost or incomplete.  The server's resources
+ * must be back to where they were: file descriptors, threads, windows,
+ * rented slices and pinned bytes exactly (pinned bytes net of the pool's
+ * chunks, which the pool keeps by design and which are reported), RSS
+ * within RSS_SLACK above the start, again net of new pool chunks, for the
+ * allocator's caching.
+ *
+ * Usage: soak_sessions [seconds [clients [threads]]]; the defaults (20 s,
+ * 3 clients, 4 threads) fit in CI.  scripts/soak.sh runs it for longer.
+ * The transport is the environment's (TOLLFREE_SOFT_TRANSPORT).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "fault_util.h"
+
+#define MAX_CLIENTS 16
+#define MAX_LIVE    256
+#define MAX_LEN	    16384
+#define MAX_BROKEN  4096
+/* RSS slack, net of new pool chunks: the allocator's caches (about 5 MiB
+ * of anonymous memory here) and the soft provider's key table (a memfd
+ * of which up to 8 MiB get touched as key indexes advance; bounded). */
+#define RSS_SLACK (16L << 20)
+/* RSS growth allowed from the middle of the run to its end: a leak grows
+ * with the number of sessions, caches stop growing once warm. */
+#define RSS_SLACK_MID (4L << 20)
+
+/* Under a sanitizer the allocator keeps freed memory in quarantine and
+ * shadow memory grows: RSS is then reported, not checked. */
+#ifndef __has_feature
+#define __has_feature(_x) 0
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || \
+	__has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RSS_CHECKED 0
+#else
+#define RSS_CHECKED 1
+#endif
+#define TMO_MS 5000
+
+struct priv {
+	uint32_t client;
+	uint32_t seq;
+};
+
+static uint32_t seed_of(uint32_t client, uint32_t seq, uint32_t dir)
+{
+	return (client << 24) ^ (seq << 1) ^ dir;
+}
+
+static uint32_t len_of(uint32_t seq)
+{
+	/* Sizes spread over several pool classes, not all page multiples. */
+	return 8 + (seq * 2654435761u) % (MAX_LEN - 8);
+}
+
+/* ------------------------------------------------------------ client */
+
+struct client {
+	tf_node_t *node;
+	uint16_t port;
+	uint32_t id;
+	uint64_t end_ms;
+	atomic_uint seq;
+	atomic_ulong ok, failed;
+	atomic_int errors_printed;
+};
+
+static void client_error(struct client *c, uint32_t seq, const char *what,
+			 int ret)
+{
+	atomic_fetch_add(&c->failed, 1);
+	if (atomic_fetch_add(&c->errors_printed, 1) < 10)
+		tf_test_info("client %u session %u: %s: %d (%s)", c->id, seq,
+			     what, ret, tf_strerror(ret));
+}
+
+/* Wait for one completion; 0 or a negative errno / -EIO for a bad one. */
+static int one_wc(tf_session_t *s, uint64_t wr_id)
+{
+	uint64_t t0 = ft_now_ms();
+	struct tf_wc wc;
+
+	while (ft_now_ms() - t0 < TMO_MS) {
+		int n = tf_session_wait(s, 1, &wc, 100);
+
+		if (n < 0)
+			return n;
+		if (n == 1)
+			return wc.wr_id == wr_id && wc.status == TF_WC_SUCCESS
+				       ? 0
+				       : -EIO;
+		if (tf_session_state(s) == TF_SESSION_BROKEN)
+			return -ENOTCONN;
+	}
+	return -ETIMEDOUT;
+}
+
+static void one_session(struct client *c, uint8_t *mine)
+{
+	uint32_t seq = atomic_fetch_add(&c->seq, 1), len = len_of(seq);
+	struct priv pv = {c->id, seq};
+	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_PRIV,
+				  .priv = &pv,
+				  .priv_len = sizeof(pv)};
+	tf_exposure_info_t info;
+	tf_session_t *s;
+	uint8_t *slice;
+	int ret, b, ub;
+
+	ret = tf_session_connect(c->node, "127.0.0.1", c->port, &sp, &s);
+	if (ret) {
+		client_error(c, seq, "connect", ret);
+		return;
+	}
+	ret = tf_session_wait_peer(s, 1, TMO_MS);
+	if (ret) {
+		client_error(c, seq, "wait_peer", ret);
+		goto out;
+	}
+	ret = tf_session_peer_exposure(s, 0, &info);
+	if (ret || info.length != len) {
+		client_error(c, seq, "exposure length", ret ? ret : -EPROTO);
+		goto out;
+	}
+	ret = tf_session_rent(s, len, &b, (void **)&slice);
+	if (ret) {
+		client_error(c, seq, "rent", ret);
+		goto out;
+	}
+	ret = tf_session_read(s, b, 0, 0, 0, len, 1);
+	if (!ret)
+		ret = one_wc(s, 1);
+	if (ret) {
+		client_error(c, seq, "read", ret);
+		goto out;
+	}
+	if (tf_test_check_fill(slice, len, seed_of(c->id, seq, 0)) !=
+	    (size_t)-1) {
+		client_error(c, seq, "read data differs", -EILSEQ);
+		goto out;
+	}
+	/* The write back goes from a user buffer, attached by the node's
+	 * strategy (pool copy or registration cache). */
+	tf_test_fill(mine, len, seed_of(c->id, seq, 1));
+	ret = tf_session_attach(s, mine, len, TF_ATTACH_IN, &ub);
+	if (!ret)
+		ret = tf_session_write(s, ub, 0, 0, 0, len, 2);
+	if (!ret)
+		ret = one_wc(s, 2);
+	if (ret) {
+		client_error(c, seq, "write", ret);
+		goto out;
+	}
+	atomic_fetch_add(&c->ok, 1);
+out:
+	tf_session_close(s);
+}
+
+static void *client_thread(void *arg)
+{
+	struct client *c = arg;
+	uint8_t *mine = aligned_alloc(64, MAX_LEN);
+
+	CHECK(mine);
+	while (ft_now_ms() < c->end_ms)
+		one_session(c, mine);
+	free(mine);
+	return NULL;
+}
+
+static int client_main(char **argv)
+{
+	struct client c = {0};
+	pthread_t th[64];
+	tf_context_t *ctx;
+	int nfd = atoi(argv[5]), nthreads;
+	char *comma;
+
+	tf_test_begin("soak_sessions.client");
+	tf_test_tolerate_log(true);
+	c.id = (uint32_t)atoi(argv[2]);
+	c.port = (uint16_t)atoi(argv[3]);
+	nthreads = (int)strtol(argv[4], &comma, 10);
+	c.end_ms = ft_now_ms() + strtoull(comma + 1, NULL, 10);
+	CHECK(nthreads > 0 && nthreads <= 64);
+	CHECK_OK(tf_context_open(NULL, &ctx));
+	CHECK_OK(tf_node_create(ctx, NULL, &c.node));
+	for (int i = 0; i < nthreads; i++)
+		CHECK(!pthread_create(&th[i], NULL, client_thread, &c));
+	for (int i = 0; i < nthreads; i++)
+		pthread_join(th[i], NULL);
+	tf_node_destroy(c.node);
+	tf_context_close(ctx);
+	ft_send(nfd, atomic_load(&c.seq));
+	ft_send(nfd, atomic_load(&c.ok));
+	ft_send(nfd, atomic_load(&c.failed));
+	return 0;
+}
+
+/* ------------------------------------------------------------ server */
+
+struct live {
+	tf_session_t *s;
+	uint8_t *addr;
+	struct priv pv;
+};
+
+struct server {
+	tf_context_t *ctx;
+	tf_node_t *node;
+	tf_listener_t *l;
+	struct live live[MAX_LIVE];
+	int nlive, peak;
+	uint64_t accepted, completed, failed, incomplete, retried;
+	/* Sessions that broke on the server, so that a later completion of
+	 * the same client session (the client retries an OPEN that failed
+	 * on a kept connection over a new one) is not counted twice. */
+	struct priv broken[MAX_BROKEN];
+	int nbroken;
+	uint64_t done_by[MAX_CLIENTS];
+};
+
+struct res {
+	int fds;
+	long threads, rss, anon, shmem;
+	uint64_t pinned, chunk_bytes, mem_chunks;
+};
+
+static void res_snap(struct server *v, struct res *r)
+{
+	tf_context_stats_t cs;
+	tf_pool_stats_t ps;
+
+	CHECK_OK(tf_context_query_stats(v->ctx, &cs));
+	CHECK_OK(tf_pool_query_stats(tf_node_pool(v->node), &ps));
+	r->fds = ft_count_fds();
+	r->threads = ft_status("Threads");
+	r->rss = ft_status("VmRSS") * 1024;
+	r->anon = ft_status("RssAnon") * 1024;
+	r->shmem = ft_status("RssShmem") * 1024;
+	r->mem_chunks = ps.chunks_by_memory[TF_POOL_MEM_PROVIDER];
+	r->pinned = cs.pinned_bytes;
+	r->chunk_bytes = ps.chunk_bytes;
+}
+
+static void server_accept(struct server *v, int timeout_ms)
+{
+	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
+				  .flags = TF_SESSION_DEFER_ESTABLISH};
+	const struct priv *pv;
+	struct live *lv;
+	tf_session_t *s;
+	size_t plen;
+	int ret, b, x;
+
+	ret = tf_listener_accept(v->l, &sp, timeout_ms, &s);
+	if (ret == -EAGAIN)
+		return;
+	CHECKF(ret == 0, "accept: %d (%s)", ret, tf_strerror(ret));
+	v->accepted++;
+	pv = tf_session_peer_priv(s, &plen);
+	CHECKF(pv && plen == sizeof(*pv) && pv->client < MAX_CLIENTS,
+	       "bad private data");
+	CHECK(v->nlive < MAX_LIVE);
+	lv = &v->live[v->nlive];
+	lv->s = s;
+	lv->pv = *pv;
+	ret = tf_session_rent(s, len_of(pv->seq), &b, (void **)&lv->addr);
+	if (!ret) {
+		tf_test_fill(lv->addr, len_of(pv->seq),
+			     seed_of(pv->client, pv->seq, 0));
+		ret = tf_session_expose(
+			s, b, 0, len_of(pv->seq),
+			TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE, &x);
+	}
+	if (!ret)
+		ret = tf_session_establish(s);
+	if (ret) {
+		tf_test_info("server: session %u/%u: %d (%s)", pv->client,
+			     pv->seq, ret, tf_strerror(ret));
+		tf_session_close(s);
+		v->failed++;
+		return;
+	}
+	if (++v->nlive > v->peak)
+		v->peak = v->nlive;
+}
+
+static void server_poll(struct server *v)
+{
+	struct tf_wc wc[8];
+
+	for (int i = 0; i < v->nlive; i++) {
+		struct live *lv = &v->live[i];
+		int st;
+
+		CHECK(tf_session_poll(lv->s, 8, wc) >= 0);
+		st = tf_session_state(lv->s);
+		if (st != TF_SESSION_PEER_CLOSED && st != TF_SESSION_BROKEN)
+			continue;
+		if (st == TF_SESSION_BROKEN) {
+			v->failed++;
+			if (v->nbroken < MAX_BROKEN)
+				v->broken[v->nbroken++] = lv->pv;
+		} else if (tf_test_check_fill(lv->addr, len_of(lv->pv.seq),
+					      seed_of(lv->pv.client, lv->pv.seq,
+						      1)) == (size_t)-1) {
+			v->completed++;
+			v->done_by[lv->pv.client]++;
+			for (int k = 0; k < v->nbroken; k++)
+				if (v->broken[k].client == lv->pv.client &&
+				    v->broken[k].seq == lv->pv.seq) {
+					v->retried++;
+					v->broken[k] = v->broken[--v->nbroken];
+					break;
+				}
+		} else {
+			/* The client closed without writing: it failed
+			 * and counts it. */
+			v->incomplete++;
+		}
+		tf_session_close(lv->s);
+		*lv = v->live[--v->nlive];
+		i--;
+	}
+}
+
+struct totals {
+	uint64_t attempts, ok, failed, el_ms;
+};
+
+/*
+ * One run: a listener, @nclients client processes with @nthreads threads
+ * each for @ms, served until every client reported and no session is
+ * live, then the listener is destroyed.  Checks the accounting of every
+ * client against the server's.  *@rmid is sampled half-way if not NULL.
+ */
+static void run(struct server *v, int ms, int nclients, int nthreads,
+		struct res *rmid, struct totals *t)
+{
+	int rfd[MAX_CLIENTS], nrep[MAX_CLIENTS] = {0}, open_pipes = nclients;
+	uint64_t rep[MAX_CLIENTS][3], t0 = ft_now_ms();
+	bool reported[MAX_CLIENTS] = {0};
+	pid_t pid[MAX_CLIENTS];
+	char arg[3][32];
+
+	memset(t, 0, sizeof(*t));
+	memset(v->done_by, 0, sizeof(v->done_by));
+	CHECK_OK(tf_listener_create(v->node, NULL, &v->l));
+	for (int i = 0; i < nclients; i++) {
+		snprintf(arg[0], sizeof(arg[0]), "%d", i);
+		snprintf(arg[1], sizeof(arg[1]), "%u", tf_listener_port(v->l));
+		snprintf(arg[2], sizeof(arg[2]), "%d,%d", nthreads, ms);
+		pid[i] = ft_spawn(arg[0], arg[1], arg[2], &rfd[i]);
+	}
+	/* Serve until every client reported (or its pipe closed) and no
+	 * session is live. */
+	while (open_pipes || v->nlive) {
+		server_accept(v, 1);
+		server_poll(v);
+		if (rmid && !rmid->rss && ft_now_ms() - t0 >= (uint64_t)ms / 2)
+			res_snap(v, rmid);
+		for (int i = 0; i < nclients; i++) {
+			struct pollfd pfd = {.fd = rfd[i], .events = POLLIN};
+			uint64_t x;
+
+			if (reported[i])
+				continue;
+			if (ft_recv(rfd[i], &x, 0)) {
+				rep[i][nrep[i]++] = x;
+				if (nrep[i] < 3)
+					continue;
+			} else if (poll(&pfd, 1, 0) != 1 ||
+				   !(pfd.revents & POLLHUP)) {
+				continue;
+			}
+			reported[i] = true;
+			open_pipes--;
+		}
+		CHECKF(ft_now_ms() - t0 < (uint64_t)ms + 60000,
+		       "the soak did not end: %d clients, %d sessions live",
+		       open_pipes, v->nlive);
+	}
+	t->el_ms = ft_now_ms() - t0;
+	/* Sessions already accepted are done; connections still arriving
+	 * cannot be (every client reported). */
+	server_accept(v, 100);
+	server_poll(v);
+	CHECK(v->nlive == 0);
+	for (int i = 0; i < nclients; i++) {
+		int st = ft_reap(pid[i], 0);
+
+		CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0 && nrep[i] == 3,
+		       "client %d died (status 0x%x) without a report", i, st);
+		close(rfd[i]);
+		t->attempts += rep[i][0];
+		t->ok += rep[i][1];
+		t->failed += rep[i][2];
+		CHECKF(rep[i][0] == rep[i][1] + rep[i][2],
+		       "client %d: %llu sessions, %llu ok + %llu failed", i,
+		       (unsigned long long)rep[i][0],
+		       (unsigned long long)rep[i][1],
+		       (unsigned long long)rep[i][2]);
+		CHECKF(rep[i][1] == v->done_by[i],
+		       "client %d completed %llu sessions, the server %llu", i,
+		       (unsigned long long)rep[i][1],
+		       (unsigned long long)v->done_by[i]);
+	}
+	tf_listener_destroy(v->l);
+	v->l = NULL;
+}
+
+int main(int argc, char **argv)
+{
+	int secs = argc > 1 ? atoi(argv[1]) : 20;
+	int nclients = argc > 2 ? atoi(argv[2]) : 3;
+	int nthreads = argc > 3 ? atoi(argv[3]) : 4;
+	uint64_t attempts, ok, cfailed;
+	struct server v = {0};
+	struct res r0, r1, rmid = {0};
+	struct totals t;
+	tf_node_stats_t ns;
+	tf_pool_stats_t ps;
+	long rss_net, rss_mid;
+
+	if (argc == 6 && !strcmp(argv[1], "peer"))
+		return client_main(argv);
+	CHECK(secs > 0 && nclients > 0 && nclients <= MAX_CLIENTS &&
+	      nthreads > 0 && nthreads <= 64);
+	tf_test_begin("soak_sessions");
+	tf_test_tolerate_log(true);
+	signal(SIGPIPE, SIG_IGN);
+	CHECK_OK(tf_context_open(NULL, &v.ctx));
+	CHECK_OK(tf_node_create(v.ctx, NULL, &v.node));
+	/* A short warm-up run creates what the provider creates once per
+	 * process (transport sockets, key table); the baseline follows. */
+	run(&v, 500, 1, 2, NULL, &t);
+	CHECKF(t.ok > 0, "warm-up: no session completed");
+	v.accepted = v.completed = v.failed = v.incomplete = v.retried = 0;
+	v.nbroken = 0;
+	res_snap(&v, &r0);
+
+	run(&v, secs * 1000, nclients, nthreads, &rmid, &t);
+	attempts = t.attempts;
+	ok = t.ok;
+	cfailed = t.failed;
+	CHECK_OK(tf_node_query_stats(v.node, &ns));
+	CHECK_OK(tf_pool_query_stats(tf_node_pool(v.node), &ps));
+	res_snap(&v, &r1);
+	/* The lingering sockets of the soft tcp transport close during
+	 * progress calls within 2 s. */
+	for (uint64_t w = ft_now_ms();
+	     r1.fds != r0.fds + (int)(r1.mem_chunks - r0.mem_chunks) &&
+	     ft_now_ms() - w < 3000;) {
+		tf_context_progress(v.ctx);
+		usleep(1000);
+		res_snap(&v, &r1);
+	}
+	rss_net = r1.rss - r0.rss - (long)(r1.chunk_bytes - r0.chunk_bytes);
+	rss_mid = r1.rss - rmid.rss - (long)(r1.chunk_bytes - rmid.chunk_bytes);
+
+	printf("soak: %d s, %d clients x %d threads, %llu sessions "
+	       "(%.1f/s), %llu ok, %llu failed (server: %llu accepted, %llu "
+	       "completed, %llu failed of which %llu retried by the client, "
+	       "%llu incomplete), peak %d live\n",
+	       secs, nclients, nthreads, (unsigned long long)attempts,
+	       attempts * 1000.0 / (double)t.el_ms, (unsigned long long)ok,
+	       (unsigned long long)cfailed, (unsigned long long)v.accepted,
+	       (unsigned long long)v.completed, (unsigned long long)v.failed,
+	       (unsigned long long)v.retried, (unsigned long long)v.incomplete,
+	       v.peak);
+	printf("soak: qp new %llu reused %llu broken %llu; windows bound "
+	       "%llu revoked %llu\n",
+	       (unsigned long long)ns.qp_new, (unsigned long long)ns.qp_reused,
+	       (unsigned long long)ns.qp_broken,
+	       (unsigned long long)ns.windows_bound,
+	       (unsigned long long)ns.windows_revoked);
+	printf("soak: server deltas: fds %+d, threads %+ld, pinned %+lld B "
+	       "(pool chunks %+lld B), RSS %+ld KiB (net of pool chunks "
+	       "%+ld KiB, slack %ld KiB)\n",
+	       r1.fds - r0.fds, r1.threads - r0.threads,
+	       (long long)(r1.pinned - r0.pinned),
+	       (long long)(r1.chunk_bytes - r0.chunk_bytes),
+	       (r1.rss - r0.rss) / 1024, rss_net / 1024, RSS_SLACK / 1024);
+	printf("soak: server RSS anon %+ld KiB, shmem %+ld KiB; second half "
+	       "%+ld KiB; pool chunks of provider memory %+lld (one memfd "
+	       "each)\n",
+	       (r1.anon - r0.anon) / 1024, (r1.shmem - r0.shmem) / 1024,
+	       rss_mid / 1024, (long long)(r1.mem_chunks - r0.mem_chunks));
+	fflush(stdout);
+
+	/* Every session the server saw end badly was a failure the client
+	 * reported; sessions that failed before the server accepted them
+	 * are only counted by the client. */
+	CHECKF(v.completed == ok &&
+		       v.failed - v.retried + v.incomplete <= cfailed,
+	       "server: %llu completed, %llu failed (%llu retried), %llu "
+	       "incomplete; clients: %llu ok, %llu failed",
+	       (unsigned long long)v.completed, (unsigned long long)v.failed,
+	       (unsigned long long)v.retried, (unsigned long long)v.incomplete,
+	       (unsigned long long)ok, (unsigned long long)cfailed);
+	CHECKF(ok > 0, "no session completed");
+	/* Loopback sessions have no reason to fail; a few timeouts on a
+	 * starved machine are tolerated (reported above), more are not. */
+	CHECKF(cfailed * 100 <= attempts, "%llu of %llu sessions failed",
+	       (unsigned long long)cfailed, (unsigned long long)attempts);
+	CHECK(ns.sessions_live == 0 && ns.windows_live == 0 &&
+	      ns.slices_rented == 0);
+	CHECK(ns.windows_bound == ns.windows_revoked ||
+	      ns.expose_mr_fallback > 0);
+	CHECK(ps.rents == ps.returns);
+	/* Each pool chunk of provider memory holds a memfd open. */
+	if (r1.fds != r0.fds + (int)(r1.mem_chunks - r0.mem_chunks))
+		ft_dump_fds();
+	CHECKF(r1.fds == r0.fds + (int)(r1.mem_chunks - r0.mem_chunks),
+	       "fds %d, %d at start, %llu new pool chunks", r1.fds, r0.fds,
+	       (unsigned long long)(r1.mem_chunks - r0.mem_chunks));
+	CHECKF(r1.threads == r0.threads, "threads %ld, %ld at start",
+	       r1.threads, r0.threads);
+	CHECKF(r1.pinned - r1.chunk_bytes == r0.pinned - r0.chunk_bytes,
+	       "pinned bytes net of pool chunks grew by %lld",
+	       (long long)((r1.pinned - r1.chunk_bytes) -
+			   (r0.pinned - r0.chunk_bytes)));
+	CHECKF(!RSS_CHECKED || rss_net <= RSS_SLACK,
+	       "RSS grew by %ld KiB net of pool chunks", rss_net / 1024);
+	CHECKF(!RSS_CHECKED || rss_mid <= RSS_SLACK_MID,
+	       "RSS grew by %ld KiB (net of pool chunks) in the second half",
+	       rss_mid / 1024);
+	tf_node_destroy(v.node);
+	tf_context_close(v.ctx);
+	tf_test_tolerate_log(false);
+	return tf_test_end();
+}

@@ -5,7 +5,9 @@
 #  2. release build with -Werror (gcc), every test through CTest: the unit
 #     tests and the conformance suite on the soft provider (shm and tcp);
 #  3. the same suite built with ASan+UBSan, then with TSan;
-#  4. a clang -Werror build and a clang-format check;
+#  4. a clang -Werror build, a clang-format check, cppcheck and clang-tidy
+#     (scripts/lint.sh), the libFuzzer targets (scripts/fuzz.sh) and
+#     valgrind memcheck on a subset (scripts/valgrind.sh);
 #  5. the verbs provider on real kernel Soft-RoCE: tests/vm/run.sh boots
 #     Debian's kernel in qemu with rdma_rxe and runs the conformance suite
 #     on one rxe device and on two rxe devices joined by a veth pair.
@@ -99,6 +101,25 @@ else
 	head -n 40 build-ci/format.log
 	failed=$((failed + 1)); failures+=("format: files not clang-formatted")
 fi
+
+# stage NAME CMD...: a script that exits non-zero on failure counts as one
+# test.
+stage() {
+	local name=$1
+	shift
+	echo "=== [$name] $*"
+	if "$@"; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1)); failures+=("$name: $* failed")
+	fi
+}
+# cppcheck and clang-tidy with the checked-in configuration; libFuzzer
+# targets for every parser of untrusted input (FUZZ_SECONDS each, 60 by
+# default); valgrind memcheck on a subset of the release build's tests.
+stage lint scripts/lint.sh
+stage fuzz scripts/fuzz.sh
+stage valgrind scripts/valgrind.sh build-ci/release
 
 if [ "${TOLLFREE_TEST_NO_VM:-0}" = 1 ]; then
 	echo "=== [vm] skipped: TOLLFREE_TEST_NO_VM=1"

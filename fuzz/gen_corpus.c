@@ -1,0 +1,416 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * gen_corpus - write the seed corpus of every fuzz target, made with the
+ * library's own encoders so that the seeds are valid messages of the
+ * current formats (plus a few hand-made edge cases).
+ *
+ * Usage: gen_corpus DIR   (writes DIR/<target>/seed-*; scripts/fuzz.sh
+ * --seed regenerates fuzz/corpus with it).
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "config_int.h"
+#include "core/wire_int.h"
+#include "fuzz_common.h"
+#include "providers/soft/soft_int.h"
+
+static const char *top;
+static int failures;
+
+static void put(const char *target, const char *name, const void *a,
+		size_t alen, const void *b, size_t blen)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", top, target);
+	if (mkdir(path, 0755) && errno != EEXIST) {
+		perror(path);
+		failures++;
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/%s/seed-%s", top, target, name);
+	f = fopen(path, "wb");
+	if (!f || fwrite(a, 1, alen, f) != alen ||
+	    (blen && fwrite(b, 1, blen, f) != blen) || fclose(f)) {
+		perror(path);
+		failures++;
+	}
+}
+
+/* ---------------------------------------------------------------- wire */
+
+struct stream {
+	uint8_t buf[16384];
+	size_t len;
+};
+
+static void add_msg(struct stream *s, const struct tf_wire_msg *m)
+{
+	memcpy(s->buf + s->len, m->buf, m->len);
+	s->len += m->len;
+}
+
+static void wire_seed(const char *name, uint8_t chunk, uint8_t flags,
+		      const struct stream *s)
+{
+	uint8_t pre[2] = {chunk, flags};
+
+	put("fuzz_wire", name, pre, 2, s->buf, s->len);
+}
+
+static void put_exposures(struct tf_wire_msg *m, unsigned n)
+{
+	tf__wire_put_u16(m, (uint16_t)n);
+	for (unsigned i = 0; i < n; i++) {
+		tf__wire_put_u64(m, 0x7f0000001000ull + i * 4096);
+		tf__wire_put_u64(m, 4096);
+		tf__wire_put_u32(m, 0x1234 + i);
+		tf__wire_put_u32(m, TF_ACCESS_REMOTE_READ |
+					    TF_ACCESS_REMOTE_WRITE);
+	}
+}
+
+static void gen_wire(const uint8_t *blob, size_t blob_len)
+{
+	uint8_t nonce[TF_WIRE_NONCE], mac[TF_WIRE_MAC];
+	struct tf_wire_msg m;
+	struct stream s = {0}, all = {0};
+
+	memset(nonce, 0xa5, sizeof(nonce));
+	memset(mac, 0x5a, sizeof(mac));
+
+#define MSG(_name, _chunk, _flags, _build)            \
+	do {                                          \
+		_build;                               \
+		tf__wire_finish(&m);                  \
+		s.len = 0;                            \
+		add_msg(&s, &m);                      \
+		add_msg(&all, &m);                    \
+		wire_seed(_name, _chunk, _flags, &s); \
+	} while (0)
+
+	MSG("hello", 0, 0, tf__wire_init(&m, TF_WIRE_HELLO);
+	    tf__wire_put_bytes(&m, nonce, sizeof(nonce)));
+	MSG("challenge", 0, 0, tf__wire_init(&m, TF_WIRE_CHALLENGE);
+	    tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+	    tf__wire_put_u8(&m, 0));
+	MSG("challenge-auth", 3, 0, tf__wire_init(&m, TF_WIRE_CHALLENGE);
+	    tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+	    tf__wire_put_u8(&m, 1); tf__wire_put_bytes(&m, mac, sizeof(mac)));
+	MSG("open", 0, 0, tf__wire_init(&m, TF_WIRE_OPEN);
+	    tf__wire_put_u32(&m, 0); tf__wire_put_u16(&m, (uint16_t)blob_len);
+	    tf__wire_put_bytes(&m, blob, blob_len); tf__wire_put_u16(&m, 5);
+	    tf__wire_put_bytes(&m, "hello", 5));
+	MSG("open-auth", 7, 1, tf__wire_init(&m, TF_WIRE_OPEN);
+	    tf__wire_put_bytes(&m, mac, sizeof(mac)); tf__wire_put_u32(&m, 9);
+	    tf__wire_put_u16(&m, (uint16_t)blob_len);
+	    tf__wire_put_bytes(&m, blob, blob_len); tf__wire_put_u16(&m, 0));
+	MSG("accept", 0, 0, tf__wire_init(&m, TF_WIRE_ACCEPT);
+	    tf__wire_put_u32(&m, 1); tf__wire_put_u16(&m, (uint16_t)blob_len);
+	    tf__wire_put_bytes(&m, blob, blob_len); put_exposures(&m, 2));
+	MSG("accept-reused", 0, 0, tf__wire_init(&m, TF_WIRE_ACCEPT);
+	    tf__wire_put_u32(&m, 1); tf__wire_put_u16(&m, 0);
+	    put_exposures(&m, 0));
+	MSG("reject", 0, 0, tf__wire_init(&m, TF_WIRE_REJECT);
+	    tf__wire_put_u32(&m, TF_EAUTH));
+	MSG("expose", 1, 0, tf__wire_init(&m, TF_WIRE_EXPOSE);
+	    put_exposures(&m, 3));
+	/* The session already knows 62 exposures: 3 more overflow. */
+	MSG("expose-full", 0, 62 << 1, tf__wire_init(&m, TF_WIRE_EXPOSE);
+	    put_exposures(&m, 3));
+	MSG("close", 0, 0, tf__wire_init(&m, TF_WIRE_CLOSE));
+#undef MSG
+	wire_seed("stream", 0, 0, &all);
+	wire_seed("stream-bytewise", 1, 0, &all);
+
+	/* A header of a later version that grew by 8 bytes (hdr_size 24),
+	 * then edge cases each rejected by one check. */
+	{
+		struct tf_wire_hdr h = {.magic = TF_WIRE_MAGIC,
+					.version = TF_WIRE_VERSION,
+					.op = TF_WIRE_CLOSE,
+					.hdr_size = 24};
+		uint8_t b[24] = {0};
+
+		tf__wire_hdr_encode(&h, b);
+		s.len = 0;
+		memcpy(s.buf, b, sizeof(b));
+		s.len = sizeof(b);
+		wire_seed("hdr-extended", 0, 0, &s);
+		h.hdr_size = 16;
+		h.version = 2;
+		tf__wire_hdr_encode(&h, s.buf);
+		s.len = 16;
+		wire_seed("edge-version", 0, 0, &s);
+		h.version = TF_WIRE_VERSION;
+		h.size = TF_WIRE_MAX_BODY + 1;
+		tf__wire_hdr_encode(&h, s.buf);
+		wire_seed("edge-size", 0, 0, &s);
+		h.size = 0;
+		h.hdr_size = TF_WIRE_MAX_HDR + 1;
+		tf__wire_hdr_encode(&h, s.buf);
+		wire_seed("edge-hdr-size", 0, 0, &s);
+		h.hdr_size = 16;
+		h.op = TF_WIRE_OP_MAX + 1;
+		tf__wire_hdr_encode(&h, s.buf);
+		wire_seed("edge-op", 0, 0, &s);
+	}
+}
+
+/* A client's side of the handshake for fuzz_session_accept: byte 0
+ * selects the listener (1: the one with a key). */
+static void gen_accept(const uint8_t *blob, size_t blob_len)
+{
+	uint8_t nonce[TF_WIRE_NONCE], mac[TF_WIRE_MAC];
+	struct tf_wire_msg m;
+	struct stream s = {0};
+
+	memset(nonce, 0x3c, sizeof(nonce));
+	memset(mac, 0xc3, sizeof(mac));
+	for (int keyed = 0; keyed < 2; keyed++) {
+		s.buf[0] = (uint8_t)keyed;
+		s.len = 1;
+		tf__wire_init(&m, TF_WIRE_HELLO);
+		tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+		tf__wire_finish(&m);
+		add_msg(&s, &m);
+		put("fuzz_session_accept", keyed ? "hello-keyed" : "hello",
+		    s.buf, s.len, NULL, 0);
+		tf__wire_init(&m, TF_WIRE_OPEN);
+		if (keyed)
+			tf__wire_put_bytes(&m, mac, sizeof(mac));
+		tf__wire_put_u32(&m, 0);
+		tf__wire_put_u16(&m, (uint16_t)blob_len);
+		tf__wire_put_bytes(&m, blob, blob_len);
+		tf__wire_put_u16(&m, 3);
+		tf__wire_put_bytes(&m, "abc", 3);
+		tf__wire_finish(&m);
+		add_msg(&s, &m);
+		put("fuzz_session_accept",
+		    keyed ? "hello-open-badmac" : "hello-open", s.buf, s.len,
+		    NULL, 0);
+	}
+	/* OPEN without HELLO. */
+	s.buf[0] = 0;
+	s.len = 1;
+	add_msg(&s, &m);
+	put("fuzz_session_accept", "open-first", s.buf, s.len, NULL, 0);
+}
+
+/* ---------------------------------------------------------------- tcp */
+
+static void gen_tcp(void)
+{
+	static const char *const names[] = {
+		NULL,	 "hello",     "send",	    "send-imm",	 "send-inv",
+		"write", "write-imm", "read-req",   "fetch-add", "cmp-swap",
+		"ack",	 "read-resp", "atomic-resp"};
+	uint8_t all[4096], one[SOFT_TCP_HDR_MAX + 64];
+	size_t all_len = 1;
+
+	all[0] = 0;
+	for (unsigned op = 1; op <= SOFT_TCP_OP_ATOMIC_RESP; op++) {
+		struct soft_tcp_hdr h = {.opcode = (uint8_t)op, .psn = 7};
+		uint8_t payload[16];
+		int n;
+
+		memset(payload, 0x42, sizeof(payload));
+		switch (op) {
+		case SOFT_TCP_OP_HELLO:
+			h.psn = 0;
+			h.dst_qpn = 0x1001;
+			h.src_qpn = 0x2002;
+			h.dst_nonce = 0x1122334455667788ull;
+			h.src_nonce = 0x8877665544332211ull;
+			break;
+		case SOFT_TCP_OP_SEND:
+		case SOFT_TCP_OP_SEND_IMM:
+		case SOFT_TCP_OP_SEND_INV:
+			h.size = sizeof(payload);
+			h.imm = op == SOFT_TCP_OP_SEND_IMM ? 0xdead : 0;
+			h.inv_rkey = op == SOFT_TCP_OP_SEND_INV ? 0xbeef : 0;
+			break;
+		case SOFT_TCP_OP_WRITE:
+		case SOFT_TCP_OP_WRITE_IMM:
+			h.size = sizeof(payload);
+			h.raddr = 0x7f0000001000ull;
+			h.rkey = 0x3344;
+			h.imm = op == SOFT_TCP_OP_WRITE_IMM ? 1 : 0;
+			break;
+		case SOFT_TCP_OP_READ_REQ:
+			h.raddr = 0x7f0000001000ull;
+			h.rkey = 0x3344;
+			h.length = 4096;
+			break;
+		case SOFT_TCP_OP_FETCH_ADD:
+		case SOFT_TCP_OP_CMP_SWAP:
+			h.raddr = 0x7f0000001000ull;
+			h.rkey = 0x3344;
+			h.compare_add = 1;
+			h.swap = op == SOFT_TCP_OP_CMP_SWAP ? 2 : 0;
+			break;
+		case SOFT_TCP_OP_ACK:
+			h.status = SOFT_TCP_ST_RNR;
+			break;
+		case SOFT_TCP_OP_READ_RESP:
+			h.size = sizeof(payload);
+			break;
+		case SOFT_TCP_OP_ATOMIC_RESP:
+			h.orig = 99;
+			break;
+		}
+		one[0] = 0;
+		n = soft_tcp_encode_hdr(&h, one + 1);
+		if (n <= 0) {
+			fprintf(stderr, "encode of op %u failed\n", op);
+			failures++;
+			continue;
+		}
+		memcpy(one + 1 + n, payload, h.size);
+		put("fuzz_soft_tcp_frame", names[op], one,
+		    1 + (size_t)n + h.size, NULL, 0);
+		memcpy(all + all_len, one + 1, (size_t)n + h.size);
+		all_len += (size_t)n + h.size;
+	}
+	put("fuzz_soft_tcp_frame", "stream", all, all_len, NULL, 0);
+	/* max_msg 2^4: the 16-byte payloads fit, a 17-byte one does not. */
+	all[0] = 4;
+	put("fuzz_soft_tcp_frame", "stream-small-max", all, all_len, NULL, 0);
+	one[0] = 0;
+	one[1] = SOFT_TCP_VERSION + 1;
+	put("fuzz_soft_tcp_frame", "edge-version", one, 2 + 15, NULL, 0);
+}
+
+/* ---------------------------------------------------------------- blobs */
+
+static int soft_blob(const char *transport, uint8_t *blob, size_t *len)
+{
+	tf_context_params_t cp = {.field_mask = TF_CONTEXT_PARAM_PROVIDER |
+						TF_CONTEXT_PARAM_TRANSPORT |
+						TF_CONTEXT_PARAM_TCP_ADDR,
+				  .provider = "soft",
+				  .transport = transport,
+				  .tcp_addr = "127.0.0.1"};
+	tf_qp_params_t qpp = {0};
+	tf_context_t *ctx = NULL;
+	tf_pd_t *pd = NULL;
+	tf_cq_t *cq = NULL;
+	tf_qp_t *qp = NULL;
+	int ret;
+
+	ret = tf_context_open(&cp, &ctx);
+	if (!ret)
+		ret = tf_pd_create(ctx, &pd);
+	if (!ret)
+		ret = tf_cq_create(ctx, NULL, &cq);
+	qpp.send_cq = cq;
+	qpp.recv_cq = cq;
+	if (!ret)
+		ret = tf_qp_create(pd, &qpp, &qp);
+	if (!ret)
+		ret = tf_qp_get_addr(qp, blob, len);
+	tf_qp_destroy(qp);
+	tf_cq_destroy(cq);
+	tf_pd_destroy(pd);
+	tf_context_close(ctx);
+	if (ret) {
+		fprintf(stderr, "soft blob (%s): %s\n", transport,
+			tf_strerror(ret));
+		failures++;
+	}
+	return ret;
+}
+
+static void gen_addr(uint8_t *shm_blob, size_t *shm_len, uint8_t *tcp_blob,
+		     size_t *tcp_len)
+{
+	uint8_t blob[TF_QP_ADDR_MAX], vb[40] = {0};
+	size_t len = sizeof(blob);
+
+	if (!soft_blob("shm", shm_blob, shm_len))
+		put("fuzz_soft_addr", "shm", shm_blob, *shm_len, NULL, 0);
+	if (!soft_blob("tcp", blob, &len)) {
+		memcpy(tcp_blob, blob, len);
+		*tcp_len = len;
+		put("fuzz_soft_addr", "tcp", blob, len, NULL, 0);
+		put("fuzz_soft_addr", "edge-truncated", blob, 8, NULL, 0);
+		blob[4] = 2;
+		put("fuzz_soft_addr", "edge-version", blob, len, NULL, 0);
+	}
+	len = sizeof(blob);
+	if (!soft_blob("auto", blob, &len))
+		put("fuzz_soft_addr", "auto", blob, len, NULL, 0);
+	/* A verbs blob (big-endian "TFVB", version 1, RoCE, 40 bytes): the
+	 * soft provider must say "not mine". */
+	memcpy(vb, "TFVB", 4);
+	vb[4] = 1;
+	vb[5] = 2;
+	vb[7] = 40;
+	vb[11] = 0x11;
+	vb[31] = 1;
+	vb[34] = 4;
+	vb[36] = 1;
+	put("fuzz_soft_addr", "verbs", vb, sizeof(vb), NULL, 0);
+}
+
+/* ---------------------------------------------------------------- config */
+
+static void gen_config(void)
+{
+	static const char *const extra[] = {
+		"inf",	 "16M", "18446744073709551615", "18446744073709551616",
+		" 1G",	 "1TB", "17179869184G",		"yes",
+		"trace", "",	"4294967296",		"-1"};
+	static const char *const defaults[] = {
+#define XX(_comp, _NAME, _field, _type, _def, _help) _def,
+		TF_CONFIG_VARS(XX)
+#undef XX
+	};
+	size_t n = sizeof(defaults) / sizeof(defaults[0]);
+	char name[32];
+	uint8_t sel;
+
+	for (size_t i = 0; i < n; i++) {
+		sel = (uint8_t)i;
+		snprintf(name, sizeof(name), "var%02zu-default", i);
+		put("fuzz_config", name, &sel, 1, defaults[i],
+		    strlen(defaults[i]));
+	}
+	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
+		sel = (uint8_t)(i * 3 % n);
+		snprintf(name, sizeof(name), "value%02zu", i);
+		put("fuzz_config", name, &sel, 1, extra[i], strlen(extra[i]));
+	}
+	sel = (uint8_t)n;
+	put("fuzz_config", "by-name", &sel, 1,
+	    "SOFT_MAX_MSG\0"
+	    "64K",
+	    16);
+}
+
+int main(int argc, char **argv)
+{
+	uint8_t blob[TF_QP_ADDR_MAX], tblob[TF_QP_ADDR_MAX];
+	size_t len = sizeof(blob), tlen = 0;
+
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s DIR\n", argv[0]);
+		return 2;
+	}
+	top = argv[1];
+	if (mkdir(top, 0755) && errno != EEXIST) {
+		perror(top);
+		return 1;
+	}
+	gen_addr(blob, &len, tblob, &tlen);
+	gen_wire(blob, len);
+	gen_accept(tblob, tlen);
+	gen_tcp();
+	gen_config();
+	return failures ? 1 : 0;
+}

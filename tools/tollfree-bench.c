@@ -447,83 +447,76 @@ struct opts {
 	unsigned tests; /* lat: bit per lat_op */
 };
 
+/* Parse one size token ("1K", "64", "2M") of @len bytes at @arg, between 1
+ * and @max bytes; the shift is checked so that "99999999999G" cannot wrap
+ * into range. */
+static int parse_size_n(const char *arg, size_t len, uint64_t max,
+			uint64_t *out)
+{
+	unsigned long long v;
+	unsigned shift = 0;
+	char *end;
+
+	errno = 0;
+	if (!len || *arg == '-')
+		return -1;
+	v = strtoull(arg, &end, 10);
+	if (errno || end == arg)
+		return -1;
+	switch (*end) {
+	case 'k':
+	case 'K':
+		shift = 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		end++;
+		break;
+	}
+	if ((size_t)(end - arg) != len || !v || v > (max >> shift))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
 /* Parse "8,1K,64K" (binary suffixes K, M, G). */
 static int parse_sizes(const char *arg, struct opts *o)
 {
 	const char *p = arg;
 
 	o->nsizes = 0;
-	while (*p) {
-		char *end;
-		unsigned long long v;
+	for (;;) {
+		size_t len = strcspn(p, ",");
 
-		errno = 0;
-		if (*p == '-')
-			goto bad;
-		v = strtoull(p, &end, 10);
-		if (errno || end == p)
-			goto bad;
-		switch (*end) {
-		case 'k':
-		case 'K':
-			v <<= 10, end++;
-			break;
-		case 'm':
-		case 'M':
-			v <<= 20, end++;
-			break;
-		case 'g':
-		case 'G':
-			v <<= 30, end++;
-			break;
-		}
-		if (!v || v > (1ull << 30) || (*end && *end != ','))
-			goto bad;
 		if (o->nsizes == MAX_SIZES) {
 			fail("at most %d sizes", MAX_SIZES);
 			return -1;
 		}
-		o->sizes[o->nsizes++] = v;
-		p = *end ? end + 1 : end;
+		if (parse_size_n(p, len, 1ull << 30, &o->sizes[o->nsizes])) {
+			fail("bad size list '%s' (want e.g. 8,1K,64K; 1 byte "
+			     "to 1G each)",
+			     arg);
+			return -1;
+		}
+		o->nsizes++;
+		if (!p[len])
+			return 0;
+		p += len + 1;
 	}
-	if (o->nsizes)
-		return 0;
-bad:
-	fail("bad size list '%s' (want e.g. 8,1K,64K; 1 byte to 1G each)", arg);
-	return -1;
 }
 
 /* Parse one size ("1K", "64", "2M") between 1 and @max bytes. */
 int parse_size(const char *arg, uint64_t max, uint64_t *out)
 {
-	unsigned long long v;
-	char *end;
-
-	errno = 0;
-	if (*arg == '-')
-		goto bad;
-	v = strtoull(arg, &end, 10);
-	if (errno || end == arg)
-		goto bad;
-	switch (*end) {
-	case 'k':
-	case 'K':
-		v <<= 10, end++;
-		break;
-	case 'm':
-	case 'M':
-		v <<= 20, end++;
-		break;
-	case 'g':
-	case 'G':
-		v <<= 30, end++;
-		break;
-	}
-	if (!v || v > max || *end)
-		goto bad;
-	*out = v;
-	return 0;
-bad:
+	if (!parse_size_n(arg, strlen(arg), max, out))
+		return 0;
 	fail("bad size '%s' (1 byte to %" PRIu64 " bytes, K/M/G suffixes)", arg,
 	     max);
 	return -1;

@@ -354,15 +354,8 @@ static int seq_accept(void *arg)
 		ret = tf_session_establish(s);
 	/* Wait for the client to close (it does once it saw the
 	 * exposure), so that close keeps nothing pending. */
-	for (uint64_t t0 = ft_now_ms(); !ret && ft_now_ms() - t0 < 5000;) {
-		struct tf_wc wc[4];
-		int st;
-
-		tf_session_wait(s, 4, wc, 10);
-		st = tf_session_state(s);
-		if (st == TF_SESSION_PEER_CLOSED || st == TF_SESSION_BROKEN)
-			break;
-	}
+	if (!ret)
+		ft_wait_peer_close(s, 5000);
 	tf_session_close(s);
 	return ret;
 }
@@ -394,16 +387,7 @@ static int peer_main(char **argv)
 			if (!tf_session_rent(s, 4096, &b, NULL))
 				tf_session_expose(s, b, 0, 4096,
 						  TF_ACCESS_REMOTE_READ, &x);
-			for (int t = 0; t < 500; t++) {
-				struct tf_wc wc[4];
-				int st;
-
-				tf_session_wait(s, 4, wc, 10);
-				st = tf_session_state(s);
-				if (st == TF_SESSION_PEER_CLOSED ||
-				    st == TF_SESSION_BROKEN)
-					break;
-			}
+			ft_wait_peer_close(s, 5000);
 			tf_session_close(s);
 		}
 	}

@@ -225,16 +225,7 @@ static int peer_main(char **argv)
 		if (!tf_session_rent(s, 4096, &b, NULL))
 			tf_session_expose(s, b, 0, 4096, TF_ACCESS_REMOTE_READ,
 					  &x);
-		for (int t = 0; t < 1000; t++) {
-			struct tf_wc wc[4];
-			int st;
-
-			tf_session_wait(s, 4, wc, 10);
-			st = tf_session_state(s);
-			if (st == TF_SESSION_PEER_CLOSED ||
-			    st == TF_SESSION_BROKEN)
-				break;
-		}
+		ft_wait_peer_close(s, 10000);
 		tf_session_close(s);
 	}
 }

@@ -116,6 +116,22 @@ static inline pid_t ft_spawn(const char *a1, const char *a2, const char *a3,
 	return pid;
 }
 
+/* Reap completions of @s until the peer closed it or it broke, for at most
+ * @ms milliseconds; unlike st_serve (session_util.h) a peer that never
+ * closes is not a failure here: fault peers must outlive a stuck case. */
+static inline void ft_wait_peer_close(tf_session_t *s, uint64_t ms)
+{
+	for (uint64_t t0 = ft_now_ms(); ft_now_ms() - t0 < ms;) {
+		struct tf_wc wc[4];
+		int st;
+
+		tf_session_wait(s, 4, wc, 10);
+		st = tf_session_state(s);
+		if (st == TF_SESSION_PEER_CLOSED || st == TF_SESSION_BROKEN)
+			return;
+	}
+}
+
 /* Read one u64 from a peer's pipe within @ms; false on timeout or EOF. */
 static inline bool ft_recv(int fd, uint64_t *v, int ms)
 {

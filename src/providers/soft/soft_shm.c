@@ -121,6 +121,10 @@ struct shm_iov {
 };
 
 /* A peer context: its TPT and the tf_mem_alloc regions we mapped. */
+/* map[].gen while a mapping is being replaced (never a region's gen in
+ * practice: generations count up from 1 per tf_mem_alloc slot reuse). */
+#define SHM_MAP_UPDATING UINT32_MAX
+
 struct shm_peer {
 	struct shm_peer *next;
 	uint64_t nonce;
@@ -135,7 +139,7 @@ struct shm_peer {
 	size_t tpt_size;
 	uint32_t mask;
 	struct {
-		_Atomic uint32_t gen; /* 0: not mapped */
+		_Atomic uint32_t gen; /* 0: not mapped; see peer_map */
 		uint8_t *base;
 		size_t size;
 	} map[SOFT_MAX_SHMEM];
@@ -178,6 +182,14 @@ struct shm_qp {
 	uint32_t my_nak_gen;
 	bool rnr_stalled;
 };
+
+/* Our inbound ring's size, from our own bookkeeping: the segment header is
+ * writable by the peer, so its ring_size must not be trusted after we
+ * wrote it. */
+static uint32_t own_ring_size(const struct soft_qp *qp)
+{
+	return (uint32_t)(qp->shm_seg_size - SHM_HDR_SIZE);
+}
 
 static struct shm_seg *own_seg(struct soft_qp *qp)
 {
@@ -540,36 +552,58 @@ static bool peer_dead(struct shm_peer *p)
  * mappings are kept until the peer is released, because another thread
  * may still be copying through them.
  */
-static uint8_t *peer_map(struct shm_peer *p, int32_t idx, uint32_t gen)
+static uint8_t *peer_map(struct shm_peer *p, int32_t idx, uint32_t gen,
+			 uint64_t *size_p)
 {
 	typeof(p->tpt->shmem[0]) const *e;
 	uint8_t *base = NULL;
+	uint64_t size;
 	struct stat st;
+	int32_t pfd;
 	void *m;
 	int fd;
 
 	if (idx < 0 || (uint32_t)idx >= SOFT_MAX_SHMEM)
 		return NULL;
-	if (atomic_load_explicit(&p->map[idx].gen, memory_order_acquire) == gen)
-		return p->map[idx].base;
+	/* Seqlock read: a replacement first invalidates the slot's gen
+	 * (SHM_MAP_UPDATING), so base and size are a matching pair when gen
+	 * reads the same before and after. */
+	if (atomic_load_explicit(&p->map[idx].gen, memory_order_acquire) ==
+	    gen) {
+		base = p->map[idx].base;
+		size = p->map[idx].size;
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&p->map[idx].gen,
+					 memory_order_relaxed) == gen) {
+			*size_p = size;
+			return base;
+		}
+		base = NULL;
+	}
 	pthread_mutex_lock(&p->map_lock);
 	if (atomic_load(&p->map[idx].gen) == gen) {
 		base = p->map[idx].base;
+		*size_p = p->map[idx].size;
 		goto out;
 	}
+	/* The table lives in the peer's memory and may change under us:
+	 * read each field once and use only the copies. */
 	e = &p->tpt->shmem[idx];
-	if (atomic_load(&e->gen) != gen || e->fd < 0 || !e->size)
+	pfd = e->fd;
+	size = e->size;
+	if (atomic_load(&e->gen) != gen || pfd < 0 || !size)
 		goto out;
-	fd = open_peer_fd(p->pid, e->fd, &st);
+	fd = open_peer_fd(p->pid, pfd, &st);
 	if (fd < 0)
 		goto out;
 	/* The fd number may have been reused between our reads: the
 	 * generation must not have moved, and the file must be big enough. */
-	if (atomic_load(&e->gen) != gen || (uint64_t)st.st_size < e->size) {
+	if (atomic_load(&e->gen) != gen || (uint64_t)st.st_size < size ||
+	    size > SIZE_MAX) {
 		close(fd);
 		goto out;
 	}
-	m = mmap(NULL, e->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	close(fd);
 	if (m == MAP_FAILED)
 		goto out;
@@ -583,10 +617,14 @@ static uint8_t *peer_map(struct shm_peer *p, int32_t idx, uint32_t gen)
 			p->old_maps = o;
 		}
 	}
+	atomic_store_explicit(&p->map[idx].gen, SHM_MAP_UPDATING,
+			      memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
 	p->map[idx].base = m;
-	p->map[idx].size = e->size;
+	p->map[idx].size = size;
 	atomic_store_explicit(&p->map[idx].gen, gen, memory_order_release);
 	base = m;
+	*size_p = size;
 out:
 	pthread_mutex_unlock(&p->map_lock);
 	return base;
@@ -866,9 +904,19 @@ static enum tf_wc_status shm_one_sided(struct soft_qp *qp, struct shm_qp *s,
 	 * work. */
 	soft_xlate_touch(ctx, addr, len);
 	if (snap.shmem_idx >= 0) {
-		tgt = peer_map(p, snap.shmem_idx, snap.shmem_gen);
-		if (tgt)
-			tgt += snap.shmem_off + (addr - snap.addr);
+		uint64_t msize = 0, off = addr - snap.addr;
+
+		tgt = peer_map(p, snap.shmem_idx, snap.shmem_gen, &msize);
+		/* The TPT entry is the peer's word: the range must also lie
+		 * inside what we really mapped, or we would touch our own
+		 * memory.  Otherwise fall back to process_vm_*, where the
+		 * kernel checks the peer's address space. */
+		if (tgt && snap.shmem_off <= msize &&
+		    off <= msize - snap.shmem_off &&
+		    len <= msize - snap.shmem_off - off)
+			tgt += snap.shmem_off + off;
+		else
+			tgt = NULL;
 	}
 	switch (wqe->opcode) {
 	case TF_WR_RDMA_READ:
@@ -1042,6 +1090,10 @@ static int tx_progress(struct soft_qp *qp, struct shm_qp *s)
 
 		s->nak_gen_seen = gen;
 		n++;
+		/* The peer's word: a NAK carries an error, never success, and
+		 * only a status this enum knows. */
+		if (st == TF_WC_SUCCESS || (unsigned)st > TF_WC_GENERAL_ERR)
+			st = TF_WC_REM_OP_ERR;
 		if (st != TF_WC_RNR_RETRY_EXC_ERR) {
 			soft_engine_send_done(qp, wqe, st);
 			return n;
@@ -1170,7 +1222,7 @@ static bool msg_valid(struct soft_qp *qp, struct shm_qp *s,
 		      const struct shm_msg *m, const uint8_t *rec,
 		      struct shm_iov *iov, uint64_t avail, uint32_t off)
 {
-	uint32_t rsize = own_seg(qp)->ring_size;
+	uint32_t rsize = own_ring_size(qp);
 	uint64_t sum = 0;
 
 	if (m->size < sizeof(*m) || m->size % SHM_REC_ALIGN ||
@@ -1223,7 +1275,7 @@ static int rx_progress_one(struct soft_qp *qp, struct shm_qp *s)
 {
 	struct shm_seg *seg = own_seg(qp);
 	uint8_t *ring = own_ring(qp);
-	uint32_t mask = seg->ring_size - 1;
+	uint32_t mask = own_ring_size(qp) - 1;
 	int n = 0;
 
 	if (s->rnr_stalled) {
@@ -1253,7 +1305,7 @@ static int rx_progress_one(struct soft_qp *qp, struct shm_qp *s)
 		if (tail == s->rx_head)
 			break;
 		memcpy(&mh, ring + off, sizeof(mh));
-		if (tail - s->rx_head > seg->ring_size ||
+		if (tail - s->rx_head > own_ring_size(qp) ||
 		    !msg_valid(qp, s, m, ring + off, iov, tail - s->rx_head,
 			       off)) {
 			tf_log_error(SOFT_SUBSYS,

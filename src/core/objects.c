@@ -315,9 +315,8 @@ int tf_cq_wait(tf_cq_t *cq, int n, struct tf_wc *wc, int timeout_ms)
 				return ret;
 			poll(&pfd, 1, 1);
 		} else {
-			struct pollfd none;
-
-			poll(&none, 0, 0);
+			/* No fd: sleep a 1 ms slice between polls. */
+			poll(NULL, 0, 1);
 		}
 	}
 }

@@ -130,9 +130,11 @@ int soft_cq_push(struct soft_cq *cq, const struct tf_wc *wc)
  * the CQ in destroy_qp): their qp pointer is about to dangle. */
 void soft_cq_clean(struct soft_cq *cq, const struct tf_qp *qp)
 {
-	uint32_t mask = cq->size - 1, keep = cq->head;
+	uint32_t mask = cq->size - 1, keep;
 
+	/* head only moves under the lock: read it there. */
 	pthread_spin_lock(&cq->lock);
+	keep = cq->head;
 	for (uint32_t i = cq->head; i != cq->tail; i++) {
 		if (cq->ring[i & mask].qp == qp)
 			continue;

@@ -26,6 +26,8 @@ cli "$cli" 127.0.0.1 "$port" big >"$dir/out"
 echo "big=$big" | cmp - "$dir/out"
 rc=0
 cli "$cli" 127.0.0.1 "$port" nosuch >"$dir/out" || rc=$?
-[ $rc -eq 3 ] && grep -q '^nosuch: not found$' "$dir/out"
+# Not an && list: set -e does not stop on a failure left of &&.
+[ $rc -eq 3 ] || { echo "kv example: unknown key gave exit $rc, want 3"; exit 1; }
+grep -q '^nosuch: not found$' "$dir/out"
 wait $pid
 echo "kv example: PASS"

@@ -1067,6 +1067,11 @@ static int shm_submit(struct soft_qp *qp, struct soft_swqe *wqe)
 static int tx_progress(struct soft_qp *qp, struct shm_qp *s)
 {
 	struct shm_seg *rs = s->rseg;
+	/* The responder acks or NAKs first and then leaves LIVE: read its
+	 * state before its acks and NAKs, so that what came with the state
+	 * change is seen and reported rather than a lost connection. */
+	bool peer_down = atomic_load_explicit(&rs->state,
+					      memory_order_acquire) != SEG_LIVE;
 	uint64_t ack = atomic_load_explicit(&rs->ack_seq, memory_order_acquire);
 	uint32_t gen;
 	int n = 0;
@@ -1114,9 +1119,7 @@ static int tx_progress(struct soft_qp *qp, struct shm_qp *s)
 		s->rnr_go_pending = 0;
 		n++;
 	}
-	if (atomic_load_explicit(&rs->state, memory_order_relaxed) !=
-		    SEG_LIVE &&
-	    qp->base.state == TF_QPS_RTS) {
+	if (peer_down && qp->base.state == TF_QPS_RTS) {
 		/* The responder went to error or away: no ack will come. */
 		soft_engine_send_done(qp, soft_sq_wqe(qp, qp->sq_head),
 				      TF_WC_RETRY_EXC_ERR);

@@ -118,11 +118,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		die("socket", 0);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
-		die("connect to the listener", 0);
+	/* libFuzzer's -timeout timer (SIGALRM) can interrupt connect: the
+	 * connection then completes in the background. */
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+		socklen_t elen = sizeof(int);
+		int err = errno;
+
+		if (err == EINTR || err == EALREADY) {
+			while (poll(&pfd, 1, 5000) < 0 && errno == EINTR)
+				;
+			if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen))
+				err = errno;
+		}
+		if (err && err != EISCONN) {
+			errno = err;
+			die("connect to the listener", 0);
+		}
+	}
 	/* -max_len keeps this far below the socket buffers. */
-	if (size > 1 && write(fd, data + 1, size - 1) != (ssize_t)(size - 1))
-		die("write", 0);
+	for (size_t off = 1; off < size;) {
+		ssize_t n = write(fd, data + off, size - off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			die("write", 0);
+		off += (size_t)n;
+	}
 	shutdown(fd, SHUT_WR);
 	/* Serve until the server hangs up on us (it read everything and
 	 * dropped or rejected us) or a session opens; bounded, since a

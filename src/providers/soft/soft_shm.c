@@ -173,6 +173,7 @@ struct shm_qp {
 	uint32_t rring_mask;
 	/* sender side */
 	uint64_t tx_tail, tx_seq, acked;
+	uint64_t peer_down_ns; /* when the responder was first seen down */
 	uint32_t n_inflight;
 	uint32_t nak_gen_seen;
 	uint32_t rnr_go_pending; /* NAK generation to release, 0 none */
@@ -1119,6 +1120,17 @@ static int tx_progress(struct soft_qp *qp, struct shm_qp *s)
 		s->rnr_go_pending = 0;
 		n++;
 	}
+	/* A responder moves its QP to error before it writes the NAK that
+	 * explains why: give the NAK 2 ms to land before calling the
+	 * connection lost. */
+	if (peer_down && qp->base.state == TF_QPS_RTS) {
+		uint64_t now = tf__now_ns();
+
+		if (!s->peer_down_ns)
+			s->peer_down_ns = now;
+		if (now - s->peer_down_ns < 2000000)
+			return n;
+	}
 	if (peer_down && qp->base.state == TF_QPS_RTS) {
 		/* The responder went to error or away: no ack will come. */
 		soft_engine_send_done(qp, soft_sq_wqe(qp, qp->sq_head),
@@ -1366,9 +1378,14 @@ static int qp_progress(struct soft_qp *qp, struct shm_qp *s, bool check_peer)
 		return 1;
 	}
 	if (check_peer && peer_dead(s->peer)) {
+		/* Its segment stays mapped: take the acks and NAKs it wrote
+		 * before it exited first, then fail what is left. */
+		if (s->n_inflight)
+			tx_progress(qp, s);
 		tf_log_info(SOFT_SUBSYS, "qp %#x: peer process %d is gone",
 			    qp->base.qpn, (int)s->peer->pid);
-		soft_engine_qp_error(qp, TF_WC_RETRY_EXC_ERR);
+		if (qp->base.state == TF_QPS_RTS)
+			soft_engine_qp_error(qp, TF_WC_RETRY_EXC_ERR);
 		return 1;
 	}
 	if (s->n_inflight)

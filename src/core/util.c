@@ -3,6 +3,8 @@
  * util.c - errors, version, allocator hook, randomness and time.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,12 +97,64 @@ int tf__random(void *buf, size_t len)
 	return 0;
 }
 
+/*
+ * Keys (one per registration and per window bind, so one per session) come
+ * from a per-thread buffer of getrandom() output, refilled 256 bytes at a
+ * time: one system call per 64 keys instead of one per key.  The bytes are
+ * the kernel's CSPRNG output, each used once and wiped as it is taken.  A
+ * child after fork() discards what it inherited, so that parent and child
+ * never hand out the same keys.
+ */
+#define RND_BUF 256
+
+static _Atomic unsigned rnd_fork_gen;
+static pthread_once_t rnd_once = PTHREAD_ONCE_INIT;
+
+static void rnd_atfork_child(void)
+{
+	atomic_fetch_add(&rnd_fork_gen, 1);
+}
+
+static void rnd_init(void)
+{
+	pthread_atfork(NULL, NULL, rnd_atfork_child);
+}
+
+static _Thread_local struct {
+	uint8_t b[RND_BUF];
+	unsigned left;
+	unsigned gen;
+} rnd;
+
+static int random_u32_buffered(uint32_t *v)
+{
+	unsigned gen;
+
+	pthread_once(&rnd_once, rnd_init);
+	gen = atomic_load_explicit(&rnd_fork_gen, memory_order_relaxed);
+	if (rnd.gen != gen) {
+		rnd.gen = gen;
+		rnd.left = 0;
+	}
+	if (rnd.left < sizeof(*v)) {
+		int ret = tf__random(rnd.b, sizeof(rnd.b));
+
+		if (ret)
+			return ret;
+		rnd.left = sizeof(rnd.b);
+	}
+	rnd.left -= sizeof(*v);
+	memcpy(v, rnd.b + rnd.left, sizeof(*v));
+	memset(rnd.b + rnd.left, 0, sizeof(*v));
+	return 0;
+}
+
 uint32_t tf__random_u32(void)
 {
 	uint32_t v;
 
 	do {
-		if (tf__random(&v, sizeof(v))) {
+		if (random_u32_buffered(&v)) {
 			/* getrandom cannot fail on Linux >= 3.17 for small
 			 * requests once the pool is initialized; mix the
 			 * clock as a last resort rather than return 0. */

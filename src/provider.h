@@ -177,6 +177,16 @@ uint32_t tf__random_u32(void);
 /* Monotonic time. */
 uint64_t tf__now_ns(void);
 
+/* Spin-wait hint, for busy-wait loops. */
+static inline void tf__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#else
+	atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
 /* Apply the core's QP defaults/bounds; used by tf_qp_create. */
 int tf__qp_attr_init(struct tf_pd *pd, const tf_qp_params_t *params,
 		     struct tf_qp *attr);

@@ -76,13 +76,6 @@ void tf__brlock_destroy(struct tf__brlock *l);
 void tf__brlock_wrlock(struct tf__brlock *l);
 void tf__brlock_wrunlock(struct tf__brlock *l);
 
-static inline void tf__cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#endif
-}
-
 static inline void tf__brlock_rdlock(struct tf__brlock *l, unsigned s)
 {
 	for (;;) {

@@ -89,7 +89,7 @@ static void *progress_thread(void *arg)
 			continue;
 		}
 		if (++idle < 2000) {
-			soft_cpu_relax();
+			tf__cpu_relax();
 			continue;
 		}
 		struct timespec ts = {0, sleep_ns};

@@ -144,16 +144,6 @@ struct soft_tpt_hdr {
 	_Alignas(64) struct soft_tpt_entry slots[];
 };
 
-/* Spin-wait hint. */
-static inline void soft_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#else
-	atomic_signal_fence(memory_order_seq_cst);
-#endif
-}
-
 /* Snapshot one entry (seqlock read; works on a peer's mapping too). */
 static inline void soft_tpt_read(const struct soft_tpt_entry *e,
 				 struct soft_tpt_entry *snap)
@@ -163,7 +153,7 @@ static inline void soft_tpt_read(const struct soft_tpt_entry *e,
 	for (;;) {
 		s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
 		if (s1 & 1) {
-			soft_cpu_relax();
+			tf__cpu_relax();
 			continue;
 		}
 		/* A relaxed store: a plain one to an _Atomic member would be

@@ -27,7 +27,7 @@ void soft_qp_lock_slow(struct soft_qp *qp)
 		/* The holder may be descheduled (a long copy, or simply
 		 * more threads than cores): yield after a short spin. */
 		if (spins < 100)
-			soft_cpu_relax();
+			tf__cpu_relax();
 		else
 			sched_yield();
 	}

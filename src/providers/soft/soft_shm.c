@@ -326,7 +326,7 @@ static void wait_active(struct shm_seg *seg, uint32_t val)
 				return;
 			sched_yield();
 		} else {
-			soft_cpu_relax();
+			tf__cpu_relax();
 		}
 	}
 }

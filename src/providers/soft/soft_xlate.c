@@ -203,7 +203,7 @@ static void busy_wait_ns(uint64_t ns)
 	uint64_t end = tf__now_ns() + ns;
 
 	while (tf__now_ns() < end)
-		soft_cpu_relax();
+		tf__cpu_relax();
 }
 
 void soft_xlate_touch(struct soft_ctx *ctx, uint64_t addr, uint64_t len)

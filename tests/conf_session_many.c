@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "session_util.h"
 
@@ -49,6 +50,14 @@ static long rss(void)
 	return kb * 1024;
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static long fds(void)
 {
 	DIR *d = opendir("/proc/self/fd");
@@ -62,22 +71,40 @@ static long fds(void)
 	return n;
 }
 
+/*
+ * A connection whose QP was destroyed may stay open in the transport for
+ * a while (the soft tcp transport drains and closes it in later progress
+ * calls, within 2 s).  Make progress until the fd count has been the same
+ * for 20 ms, so that a sample never counts a socket on its way out: a
+ * leaked fd does not go away by making progress.
+ */
+static long settled_fds(struct tf_pair *p)
+{
+	long last = fds();
+	double t0 = now_s(), same = t0;
+
+	while (now_s() - t0 < 3.0 && now_s() - same < 0.02) {
+		long n;
+
+		CHECK_OK(tf_context_progress(p->ctx));
+		usleep(500);
+		n = fds();
+		if (n != last) {
+			last = n;
+			same = now_s();
+		}
+	}
+	return last;
+}
+
 static void sample(struct tf_pair *p, struct sample *s)
 {
 	tf_context_stats_t cs;
 
+	s->fds = settled_fds(p);
 	CHECK_OK(tf_context_query_stats(p->ctx, &cs));
 	s->pinned = cs.pinned_bytes;
-	s->fds = fds();
 	s->rss = rss();
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 int main(void)

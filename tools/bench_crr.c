@@ -401,6 +401,9 @@ struct srv {
 	struct srv_tcp tcp[SRV_MAX_TCP];
 };
 
+/* How long the server keeps spinning after its last activity. */
+#define SRV_SPIN_NS 2000000ull
+
 /* Epoll tags: listeners 0..R_COUNT-1, then these. */
 #define TAG_TCP_LISTEN 100
 #define TAG_CHANNEL    101
@@ -456,21 +459,24 @@ static int srv_start(struct srv *sv, int reg, struct srv_sess *a)
 				return ret;
 			}
 		}
-		ret = tf_session_establish(s);
 	} else {
 		ret = tf_session_expose(s, b, 0, sv->size, rights, &x);
+		if (ret) {
+			fail("server: expose: %s", tf_strerror(ret));
+			return ret;
+		}
 	}
+	/* The exposure (or the receives) made before the ACCEPT: the key
+	 * travels in it, as a server that exposes per session would do. */
+	ret = tf_session_establish(s);
 	if (ret)
-		fail("server: %s: %s",
-		     sv->op == OP_SEND ? "establish" : "expose",
-		     tf_strerror(ret));
+		fail("server: establish: %s", tf_strerror(ret));
 	return ret;
 }
 
 static int srv_accept(struct srv *sv, int reg)
 {
-	tf_session_params_t sp = sess_params(
-		sv->o, sv->op == OP_SEND ? TF_SESSION_DEFER_ESTABLISH : 0);
+	tf_session_params_t sp = sess_params(sv->o, TF_SESSION_DEFER_ESTABLISH);
 	tf_session_t *s;
 	int ret, i;
 
@@ -625,8 +631,12 @@ static int crr_server(const struct crr_opts *o, int chlfd, const char *host,
 		      int cpu)
 {
 	struct srv sv = {.o = o, .lfd = -1, .ch = -1, .epfd = -1};
-	tf_listener_params_t lp = {.field_mask = TF_LISTENER_PARAM_ADDR,
-				   .addr = host};
+	/* The server busy-polls (below), so its listeners poll the control
+	 * QPs of kept connections rather than arming them. */
+	tf_listener_params_t lp = {.field_mask = TF_LISTENER_PARAM_ADDR |
+						 TF_LISTENER_PARAM_FLAGS,
+				   .addr = host,
+				   .flags = TF_LISTENER_BUSY_POLL};
 	struct ch_msg m;
 	struct epoll_event evs[16];
 	uint16_t tport;
@@ -698,19 +708,29 @@ static int crr_server(const struct crr_opts *o, int chlfd, const char *host,
 	if (ret)
 		goto out;
 
-	for (;;) {
+	for (uint64_t last_busy = 0;;) {
 		bool busy = false;
 		int n;
 
 		/* Spin while a session is open (the tcp transport needs
 		 * this side's progress for the client's one-sided
-		 * operations); between sessions, sleep in short naps.  The
-		 * listeners are served on every turn, not only when their
-		 * fd is readable: a handshake whose bytes were already read
-		 * must not wait for another event (nor miss its deadline). */
+		 * operations) and for SRV_SPIN_NS after, so that the
+		 * client's next session or request, which follows at once,
+		 * does not pay a wake-up (tens of microseconds across
+		 * cores, more than a whole session); when idle longer,
+		 * sleep in short naps.  The listeners are served on every
+		 * turn, not only when their fd is readable: a handshake
+		 * whose bytes were already read must not wait for another
+		 * event (nor miss its deadline). */
 		for (int i = 0; i < SRV_MAX_ACTIVE; i++)
 			busy = busy || sv.act[i].s;
+		if (busy)
+			last_busy = now_ns();
+		else
+			busy = now_ns() - last_busy < SRV_SPIN_NS;
 		n = epoll_wait(sv.epfd, evs, ARRAY_SIZE(evs), busy ? 0 : 1);
+		if (n > 0)
+			last_busy = now_ns();
 		if (n < 0 && errno != EINTR) {
 			fail("server: epoll_wait: %m");
 			ret = -1;

@@ -18,10 +18,21 @@
  * handshake (optionally authenticated by HMAC-SHA256 challenge-response in
  * both directions with a pre-shared key) that exchanges QP address blobs.
  * The connection stays open for the life of the session and carries the
- * small control messages: exposures (EXPOSE) and the end of the session
- * (CLOSE).  Control messages do not use the QP so that they never consume
- * receive buffers the application posted.  The wire format is described
- * in src/core/wire_int.h.
+ * small control messages of the first session: exposures (EXPOSE) and the
+ * end of the session (CLOSE).  Control messages never use the session's
+ * QP, so that they never consume receive buffers the application posted.
+ * The wire format is described in src/core/wire_int.h.
+ *
+ * Control QP: with the first session, unless TF_SESSION_NO_REUSE or a QP
+ * cache of 0, each side also makes a second RC QP (no remote access, its
+ * own receive buffers) and the handshake connects it.  The later sessions
+ * on the kept connection send their control messages (OPEN, ACCEPT,
+ * EXPOSE, CLOSE) as SEND/RECV on that QP and wait for them by polling
+ * (yielding between polls, never sleeping), so a session on a kept
+ * connection costs a few QP messages instead of TCP round trips between
+ * processes.  Every message is checked as on the socket.  The socket stays
+ * open: its end is how the peer's death shows (checked every 100 us
+ * while a session polls).
  *
  * Keys: an exposure binds a fresh type-2 memory window over exactly the
  * exposed bytes, on this session's QP only; a peer cannot reach it through
@@ -33,8 +44,9 @@
  * nothing is outstanding and the QP is in RTS, the connection (socket and
  * QP) is kept, bounded by TOLLFREE_SESSION_QP_CACHE: by the client's node
  * per peer address, by the server's listener.  The next session to that
- * peer sends its OPEN, naming the connection, over the kept socket; it
- * still gets its own windows and keys.  A QP that failed is destroyed.
+ * peer sends its OPEN, naming the connection, over the control QP (or the
+ * kept socket if there is none); it still gets its own windows and keys.
+ * A connection whose QP or control QP failed is destroyed.
  *
  * Phases can be timed from outside: tf_session_connect (connect),
  * tf_session_rent/attach + tf_session_expose (prepare), data calls +
@@ -160,6 +172,21 @@ enum tf_listener_params_field {
 	TF_LISTENER_PARAM_ADDR = 1u << 0,
 	TF_LISTENER_PARAM_PORT = 1u << 1,
 	TF_LISTENER_PARAM_BACKLOG = 1u << 2,
+	TF_LISTENER_PARAM_FLAGS = 1u << 3,
+};
+
+enum tf_listener_flags {
+	/*
+	 * The application calls tf_listener_accept() in a busy loop and does
+	 * not sleep on tf_listener_fd() waiting for the next session of a
+	 * kept connection.  The listener then polls the control QPs of its
+	 * kept connections instead of arming their completion fds: a
+	 * client's OPEN costs no doorbell system call and no wake-up.
+	 * tf_listener_fd() still reports new connections and handshake
+	 * bytes, not OPENs on kept connections; a blocking
+	 * tf_listener_accept() spins.
+	 */
+	TF_LISTENER_BUSY_POLL = 1u << 0,
 };
 
 typedef struct tf_listener_params {
@@ -167,6 +194,7 @@ typedef struct tf_listener_params {
 	const char *addr; /* numeric IPv4/IPv6 address; default 127.0.0.1 */
 	uint16_t port;	  /* default 0: ephemeral (see tf_listener_port) */
 	int backlog;	  /* default 128 */
+	uint32_t flags;	  /* enum tf_listener_flags; default 0 */
 } tf_listener_params_t;
 
 /* tf_listener_create - listen for sessions on @node.  -EADDRINUSE,
@@ -181,7 +209,10 @@ uint16_t tf_listener_port(const tf_listener_t *l);
 /*
  * tf_listener_fd - an fd (epoll) that becomes readable when
  * tf_listener_accept() has work: a new connection, handshake bytes, or a
- * kept connection opening its next session.  Owned by the listener.
+ * kept connection opening its next session (also through its control QP,
+ * whose completion fd the listener arms, unless TF_LISTENER_BUSY_POLL).
+ * It may also become readable spuriously; tf_listener_accept() then
+ * re-arms.  Owned by the listener.
  */
 int tf_listener_fd(const tf_listener_t *l);
 
@@ -337,9 +368,12 @@ enum tf_session_state {
 };
 /* tf_session_state - the state after processing control messages. */
 int tf_session_state(tf_session_t *s);
-/* tf_session_fd - the bootstrap socket, for event loops: readable when a
- * control message (EXPOSE, CLOSE) arrives or the peer went away; then call
- * tf_session_poll.  Completions themselves are found by polling. */
+/* tf_session_fd - the bootstrap socket, for event loops: readable when
+ * the peer went away or, for a session whose control messages use the
+ * socket (the first on its connection, see tf_session_reused), when a
+ * control message (EXPOSE, CLOSE) arrives; then call tf_session_poll.
+ * Completions, and control messages on a control QP, are found by
+ * polling. */
 int tf_session_fd(const tf_session_t *s);
 /* The connect private data the client sent (server side), or NULL. */
 const void *tf_session_peer_priv(const tf_session_t *s, size_t *len_p);

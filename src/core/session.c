@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "session_int.h"
@@ -38,32 +39,49 @@ enum { WR_SEND = 1, WR_RECV = 2, WR_INT = 3 };
 int tf__session_new(struct tf_node *node, struct tf_conn *c, bool server,
 		    struct tf_session **s_p)
 {
-	struct tf_session *s = tf__calloc(1, sizeof(*s));
+	struct tf_session *s = c->spare;
 
-	if (!s)
-		goto err;
+	if (s) {
+		/* The last session's memory, on a connection of the same
+		 * queue depths: only its state is cleared (see the struct). */
+		c->spare = NULL;
+		memset(s, 0, offsetof(struct tf_session, send_ids));
+	} else {
+		s = tf__calloc(1, sizeof(*s));
+		if (!s)
+			goto err;
+		s->send_ids = tf__calloc(c->send_depth, sizeof(uint64_t));
+		s->recv_ids = tf__calloc(c->recv_depth, sizeof(uint64_t));
+		/* At most send_depth + recv_depth of the caller's work
+		 * requests are outstanding, so the stash can never
+		 * overflow. */
+		s->stash_cap = (int)(c->send_depth + c->recv_depth);
+		s->stash =
+			tf__calloc((size_t)s->stash_cap, sizeof(struct tf_wc));
+		if (!s->send_ids || !s->recv_ids || !s->stash)
+			goto err_free;
+	}
 	s->node = node;
 	s->c = c;
 	s->server = server;
-	s->send_ids = tf__calloc(c->send_depth, sizeof(uint64_t));
-	s->recv_ids = tf__calloc(c->recv_depth, sizeof(uint64_t));
-	/* At most send_depth + recv_depth of the caller's work requests are
-	 * outstanding, so the stash can never overflow. */
-	s->stash_cap = (int)(c->send_depth + c->recv_depth);
-	s->stash = tf__calloc((size_t)s->stash_cap, sizeof(struct tf_wc));
-	if (!s->send_ids || !s->recv_ids || !s->stash)
-		goto err_free;
 	atomic_fetch_add(&node->n_sessions, 1);
 	*s_p = s;
 	return 0;
 err_free:
+	tf__session_free_mem(s);
+err:
+	tf_log_error(S, "out of memory for a session");
+	return -ENOMEM;
+}
+
+void tf__session_free_mem(struct tf_session *s)
+{
+	if (!s)
+		return;
 	tf__free(s->send_ids);
 	tf__free(s->recv_ids);
 	tf__free(s->stash);
 	tf__free(s);
-err:
-	tf_log_error(S, "out of memory for a session");
-	return -ENOMEM;
 }
 
 /* ------------------------------------------------------- control msgs */
@@ -123,17 +141,42 @@ static void set_broken(struct tf_session *s, int why)
 	s->c->broken = true;
 }
 
+int tf__sess_ctl_send(struct tf_session *s, const struct tf_wire_msg *m,
+		      int timeout_ms)
+{
+	if (s->qctl)
+		return tf__ctl_send(s->c, m, timeout_ms);
+	return tf__wire_send(s->c->fd, m, timeout_ms);
+}
+
+/* A session on the control QP looks at its socket at most every
+ * TF_CTL_SOCKET_CHECK_NS: the peer's end shows there (as EOF), and a
+ * system call on every poll would cost more than the operations polled
+ * for. */
+static int ctl_watch_socket(struct tf_session *s)
+{
+	uint64_t now = tf__now_ns();
+
+	if (now - s->c->tcp_check_ns < TF_CTL_SOCKET_CHECK_NS)
+		return 0;
+	s->c->tcp_check_ns = now;
+	return tf__ctl_tcp_check(s->c);
+}
+
 /* Read control messages that arrived, without blocking.  After the
- * peer's CLOSE nothing more is read: the next bytes on a kept connection
- * belong to the next session. */
+ * peer's CLOSE nothing more is read: the next message on a kept
+ * connection belongs to the next session. */
 static void ctrl_step(struct tf_session *s)
 {
 	struct tf_conn *c = s->c;
 
 	while (!s->broken && !s->peer_closed && !s->deferred) {
 		struct tf_wire_cur cur;
-		int ret = tf__wire_rx_step(c->fd, &c->rx);
+		int ret = s->qctl ? tf__ctl_next(c, &c->rx)
+				  : tf__wire_rx_step(c->fd, &c->rx);
 
+		if (ret == 0 && s->qctl)
+			ret = ctl_watch_socket(s);
 		if (ret == 0)
 			return;
 		if (ret < 0) {
@@ -166,7 +209,7 @@ static int send_exposures(struct tf_session *s)
 	put_exposures(&m, s);
 	ret = tf__wire_finish(&m);
 	if (!ret)
-		ret = tf__wire_send(s->c->fd, &m, s->node->timeout_ms);
+		ret = tf__sess_ctl_send(s, &m, s->node->timeout_ms);
 	if (ret) {
 		set_broken(s, ret);
 		return ret;
@@ -177,8 +220,8 @@ static int send_exposures(struct tf_session *s)
 
 int tf__session_send_accept(struct tf_session *s)
 {
-	uint8_t blob[TF_QP_ADDR_MAX];
-	size_t blob_len = 0;
+	uint8_t blob[TF_QP_ADDR_MAX], ctl[TF_QP_ADDR_MAX];
+	size_t blob_len = 0, ctl_len = 0;
 	struct tf_wire_msg m;
 	int ret;
 
@@ -187,15 +230,25 @@ int tf__session_send_accept(struct tf_session *s)
 		ret = tf_qp_get_addr(s->c->qp, blob, &blob_len);
 		if (ret)
 			return ret;
+		/* The control QP, if this side connected one to the
+		 * client's, for the sessions after this one. */
+		if (s->c->ctl.ready) {
+			ctl_len = sizeof(ctl);
+			ret = tf_qp_get_addr(s->c->ctl.qp, ctl, &ctl_len);
+			if (ret)
+				return ret;
+		}
 	}
 	tf__wire_init(&m, TF_WIRE_ACCEPT);
 	tf__wire_put_u32(&m, s->c->id);
 	tf__wire_put_u16(&m, (uint16_t)blob_len);
 	tf__wire_put_bytes(&m, blob, blob_len);
+	tf__wire_put_u16(&m, (uint16_t)ctl_len);
+	tf__wire_put_bytes(&m, ctl, ctl_len);
 	put_exposures(&m, s);
 	ret = tf__wire_finish(&m);
 	if (!ret)
-		ret = tf__wire_send(s->c->fd, &m, s->node->timeout_ms);
+		ret = tf__sess_ctl_send(s, &m, s->node->timeout_ms);
 	if (ret) {
 		set_broken(s, ret);
 		return ret;
@@ -307,7 +360,9 @@ static int wait_internal(struct tf_session *s)
 {
 	uint64_t deadline =
 		tf__now_ns() + (uint64_t)s->node->timeout_ms * 1000000;
+	struct tf_backoff bo;
 
+	tf__backoff_init(&bo, s->node);
 	while (pending_internal(s)) {
 		int r = reap(s, NULL, 0);
 
@@ -320,7 +375,7 @@ static int wait_internal(struct tf_session *s)
 				    s->node->timeout_ms);
 			return -ETIMEDOUT;
 		}
-		sched_yield();
+		tf__backoff(&bo);
 	}
 	return 0;
 }
@@ -349,9 +404,14 @@ int tf_session_poll(tf_session_t *s, int n, struct tf_wc *wc)
 int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
 {
 	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+	struct tf_backoff bo;
+	bool closed, broken;
 
-	bool closed = s && s->peer_closed, broken = s && s->broken;
-
+	if (!s)
+		return -EINVAL;
+	closed = s->peer_closed;
+	broken = s->broken;
+	tf__backoff_init(&bo, s->node);
 	for (;;) {
 		int r = tf_session_poll(s, n, wc);
 
@@ -363,9 +423,9 @@ int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
 			return 0;
 		if (timeout_ms >= 0 && tf__now_ns() >= deadline)
 			return 0;
-		/* A polling loop: the soft provider makes progress in poll,
-		 * and yielding lets a peer on the same core run. */
-		sched_yield();
+		/* A polling loop: the soft provider makes progress in
+		 * poll. */
+		tf__backoff(&bo);
 	}
 }
 
@@ -635,9 +695,11 @@ int tf_session_peer_exposures(tf_session_t *s)
 int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms)
 {
 	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+	struct tf_backoff bo;
 
 	if (!s)
 		return -EINVAL;
+	tf__backoff_init(&bo, s->node);
 	for (;;) {
 		ctrl_step(s);
 		if (s->n_peer >= n)
@@ -647,7 +709,7 @@ int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms)
 		if (timeout_ms >= 0 && tf__now_ns() >= deadline)
 			return -ETIMEDOUT;
 		tf_context_progress(s->node->ctx);
-		sched_yield();
+		tf__backoff(&bo);
 	}
 }
 
@@ -949,13 +1011,15 @@ static void drain(struct tf_session *s)
 {
 	uint64_t deadline =
 		tf__now_ns() + (uint64_t)s->node->timeout_ms * 1000000;
+	struct tf_backoff bo;
 
+	tf__backoff_init(&bo, s->node);
 	while (s->send_done != s->send_posted) {
 		if (reap(s, NULL, 0) < 0 || tf__now_ns() > deadline) {
 			set_broken(s, -ETIMEDOUT);
 			return;
 		}
-		sched_yield();
+		tf__backoff(&bo);
 	}
 	/* Receives still posted would consume the next session's sends. */
 	if (s->recv_done != s->recv_posted)
@@ -968,7 +1032,9 @@ static void wait_peer_close(struct tf_session *s)
 {
 	uint64_t deadline =
 		tf__now_ns() + (uint64_t)s->node->timeout_ms * 1000000;
+	struct tf_backoff bo;
 
+	tf__backoff_init(&bo, s->node);
 	for (;;) {
 		ctrl_step(s);
 		if (s->peer_closed || s->broken)
@@ -978,7 +1044,7 @@ static void wait_peer_close(struct tf_session *s)
 			return;
 		}
 		reap(s, NULL, 0);
-		sched_yield();
+		tf__backoff(&bo);
 	}
 }
 
@@ -986,12 +1052,13 @@ void tf_session_close(tf_session_t *s)
 {
 	struct tf_node *node;
 	struct tf_conn *c;
-	bool keep;
+	bool keep, server;
 
 	if (!s)
 		return;
 	node = s->node;
 	c = s->c;
+	server = s->server;
 	tf_session_revoke(s);
 	drain(s);
 	/* Only now, with every window revoked and no work in flight, may
@@ -1006,23 +1073,33 @@ void tf_session_close(tf_session_t *s)
 		tf__wire_init(&m, TF_WIRE_REJECT);
 		tf__wire_put_u32(&m, ECONNREFUSED);
 		if (!tf__wire_finish(&m))
-			tf__wire_send(c->fd, &m, 100);
+			tf__sess_ctl_send(s, &m, 100);
 		c->broken = true;
 	} else if (!s->broken) {
 		struct tf_wire_msg m;
 
 		tf__wire_init(&m, TF_WIRE_CLOSE);
 		if (tf__wire_finish(&m) ||
-		    tf__wire_send(c->fd, &m, node->timeout_ms))
+		    tf__sess_ctl_send(s, &m, node->timeout_ms))
 			set_broken(s, -EPIPE);
 		else if (keep)
 			wait_peer_close(s);
 	}
 	keep = keep && !c->broken && s->peer_closed && !s->n_stash &&
-	       tf_qp_state(c->qp) == TF_QPS_RTS;
+	       tf_qp_state(c->qp) == TF_QPS_RTS &&
+	       (!c->ctl.ready || tf_qp_state(c->ctl.qp) == TF_QPS_RTS);
 	if (!keep)
 		c->broken = c->broken || !s->peer_closed;
-	if (s->server) {
+	atomic_fetch_sub(&node->n_sessions, 1);
+	if (s->opened)
+		STAT(node, sessions_closed);
+	/* A kept connection keeps this session's memory for its next
+	 * session (and frees it with itself); @s is not touched after. */
+	if (keep)
+		c->spare = s;
+	else
+		tf__session_free_mem(s);
+	if (server) {
 		struct tf_listener *l = c->l;
 
 		c->l = NULL;
@@ -1036,11 +1113,4 @@ void tf_session_close(tf_session_t *s)
 	} else {
 		tf__conn_destroy(c);
 	}
-	atomic_fetch_sub(&node->n_sessions, 1);
-	if (s->opened)
-		STAT(node, sessions_closed);
-	tf__free(s->send_ids);
-	tf__free(s->recv_ids);
-	tf__free(s->stash);
-	tf__free(s);
 }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -26,6 +27,15 @@
 #define S TF_SESS_SUBSYS
 #define STAT(_n, _f) \
 	atomic_fetch_add_explicit(&(_n)->_f, 1, memory_order_relaxed)
+
+/*
+ * Listener epoll tags: NULL is the listening socket, EV_KICK the
+ * listener's eventfd, a connection pointer its socket, and a connection
+ * pointer with EV_CQ set its control CQ's fd (connections are allocated,
+ * so their low bits are free).
+ */
+#define EV_KICK ((uint64_t)2)
+#define EV_CQ	((uint64_t)1)
 
 /* ------------------------------------------------------------ lists */
 
@@ -100,6 +110,8 @@ void tf__conn_destroy(struct tf_conn *c)
 {
 	if (!c)
 		return;
+	tf__session_free_mem(c->spare);
+	tf__ctl_destroy(c);
 	if (c->qp) {
 		if (c->broken)
 			STAT(c->node, qp_broken);
@@ -487,13 +499,14 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 				   : "127.0.0.1";
 	uint16_t port = (fm & TF_LISTENER_PARAM_PORT) ? params->port : 0;
 	int backlog = (fm & TF_LISTENER_PARAM_BACKLOG) ? params->backlog : 128;
+	uint32_t flags = (fm & TF_LISTENER_PARAM_FLAGS) ? params->flags : 0;
 	struct epoll_event ev = {.events = EPOLLIN};
 	struct sockaddr_storage sa;
 	socklen_t sl;
 	struct tf_listener *l;
 	int one = 1, ret;
 
-	if (!node || !l_p || backlog <= 0)
+	if (!node || !l_p || backlog <= 0 || (flags & ~TF_LISTENER_BUSY_POLL))
 		return -EINVAL;
 	ret = resolve(addr, port, &sa, &sl);
 	if (ret)
@@ -502,6 +515,7 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 	if (!l)
 		return -ENOMEM;
 	l->node = node;
+	l->busy_poll = flags & TF_LISTENER_BUSY_POLL;
 	list_init(&l->conns);
 	l->lfd = socket(sa.ss_family,
 			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -534,10 +548,20 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 		tf_log_error(S, "epoll_ctl: %m");
 		goto err_ep;
 	}
+	l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ev.data.u64 = EV_KICK;
+	if (l->efd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->efd, &ev)) {
+		ret = -errno;
+		tf_log_error(S, "listener eventfd: %m");
+		goto err_efd;
+	}
 	atomic_fetch_add(&node->n_listeners, 1);
 	*l_p = l;
 	return 0;
 
+err_efd:
+	if (l->efd >= 0)
+		close(l->efd);
 err_ep:
 	close(l->epfd);
 err_close:
@@ -555,6 +579,7 @@ static void listener_free(struct tf_listener *l)
 		tf__conn_unlink(c);
 		tf__conn_destroy(c);
 	}
+	close(l->efd);
 	close(l->epfd);
 	tf__free(l);
 }
@@ -601,6 +626,27 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 	c->hs = TF_CONN_IDLE;
 	c->deadline_ns = 0;
 	tf__wire_rx_reset(&c->rx);
+	/* The next OPEN comes on the control QP: its CQ's fd joins the
+	 * socket in the epoll set, armed, so that the listener fd becomes
+	 * readable when it arrives.  An OPEN that came before the arm is
+	 * found by the arm's second look, and announced by the kick.  A
+	 * busy-polling listener polls the control QP instead. */
+	c->ctl_watched = c->ctl_armed = false;
+	if (c->ctl.ready && !l->busy_poll) {
+		int cfd = tf_cq_fd(c->ctl.cq);
+
+		ev.data.u64 = (uint64_t)(uintptr_t)c | EV_CQ;
+		if (cfd >= 0 && !epoll_ctl(l->epfd, EPOLL_CTL_ADD, cfd, &ev))
+			c->ctl_watched = true;
+		if (cfd >= 0 && !tf__ctl_arm(c))
+			c->ctl_armed = true;
+		if (c->ctl.n_backlog) {
+			uint64_t one = 1;
+
+			if (write(l->efd, &one, sizeof(one)) < 0)
+				tf_log_debug(S, "listener kick: %m");
+		}
+	}
 	tf__conn_link(&l->conns, c);
 	if (++l->n_idle > l->node->qp_cache) {
 		/* The oldest idle connection goes; the list also holds
@@ -614,9 +660,19 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 	}
 }
 
+/* Take @c's fds out of the listener's epoll set. */
+static void listener_unwatch(struct tf_listener *l, struct tf_conn *c)
+{
+	epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	if (c->ctl_watched)
+		epoll_ctl(l->epfd, EPOLL_CTL_DEL, tf_cq_fd(c->ctl.cq), NULL);
+	c->ctl_watched = c->ctl_armed = false;
+}
+
 /* Drop a handshaking or idle connection of the listener. */
 static void listener_drop(struct tf_listener *l, struct tf_conn *c)
 {
+	listener_unwatch(l, c);
 	if (c->hs == TF_CONN_IDLE)
 		l->n_idle--;
 	else
@@ -632,7 +688,13 @@ static void send_reject(struct tf_conn *c, int err)
 
 	tf__wire_init(&m, TF_WIRE_REJECT);
 	tf__wire_put_u32(&m, (uint32_t)(err < 0 ? -err : err));
-	if (!tf__wire_finish(&m))
+	if (tf__wire_finish(&m))
+		return;
+	/* A kept connection's client waits for the answer on the control
+	 * QP, where its OPEN went. */
+	if (c->hs == TF_CONN_IDLE && c->ctl.ready)
+		tf__ctl_send(c, &m, 100);
+	else
 		tf__wire_send(c->fd, &m, 100);
 }
 
@@ -686,11 +748,11 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 {
 	struct tf_node *node = l->node;
 	struct tf_wire_cur cur;
-	const uint8_t *mac = NULL, *blob, *priv;
+	const uint8_t *mac = NULL, *blob, *priv, *ctl = NULL;
 	uint8_t want[TF_WIRE_MAC];
 	struct tf_session *s;
 	uint32_t reuse;
-	uint16_t blob_len, priv_len;
+	uint16_t blob_len, priv_len, ctl_len = 0;
 	bool idle = c->hs == TF_CONN_IDLE;
 	int ret;
 
@@ -708,8 +770,15 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 	blob = tf__wire_get_bytes(&cur, blob_len);
 	priv_len = tf__wire_get_u16(&cur);
 	priv = tf__wire_get_bytes(&cur, priv_len);
+	/* Optional: the client's control QP (a client without one, or of
+	 * an earlier release, sends nothing more). */
+	if (!cur.bad && cur.left) {
+		ctl_len = tf__wire_get_u16(&cur);
+		ctl = tf__wire_get_bytes(&cur, ctl_len);
+	}
 	if (cur.bad || blob_len > TF_QP_ADDR_MAX ||
-	    priv_len > TF_WIRE_MAX_PRIV) {
+	    priv_len > TF_WIRE_MAX_PRIV || ctl_len > TF_QP_ADDR_MAX ||
+	    (idle && ctl_len)) {
 		tf_log_warn(S, "handshake: malformed OPEN (%u bytes)",
 			    c->rx.h.size);
 		return -TF_EWIRE;
@@ -735,7 +804,8 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 			return -TF_EWIRE;
 		}
 		/* A QP that failed while idle is not reused. */
-		if (tf_qp_state(c->qp) != TF_QPS_RTS) {
+		if (tf_qp_state(c->qp) != TF_QPS_RTS ||
+		    (c->ctl.ready && tf_qp_state(c->ctl.qp) != TF_QPS_RTS)) {
 			c->broken = true;
 			return -TF_EQPERR;
 		}
@@ -762,12 +832,18 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 				    tf_strerror(ret));
 			return ret;
 		}
+		/* Without a control QP the connection still works: its later
+		 * sessions send their control messages on the socket. */
+		if (ctl_len && node->qp_cache && !tf__ctl_create(node, c) &&
+		    tf__ctl_connect(c, ctl, ctl_len))
+			tf__ctl_destroy(c);
 		c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
 	}
 	ret = tf__session_new(node, c, true, &s);
 	if (ret)
 		return ret;
 	s->reused = idle;
+	s->qctl = idle && c->ctl.ready;
 	if (idle)
 		STAT(node, qp_reused);
 	memcpy(s->priv, priv, priv_len);
@@ -777,14 +853,25 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 	return 0;
 }
 
-/* One readable event on a listener connection. */
+/*
+ * Serve a listener connection: a readable socket, or (@from_ctl) the
+ * message tf__ctl_next() put into c->rx, or its error @ret.  Returns 1
+ * with *@s_p set when a session opened.
+ */
 static int serve_conn(struct tf_listener *l, struct tf_conn *c,
-		      const tf_session_params_t *params,
+		      const tf_session_params_t *params, bool from_ctl, int ret,
 		      struct tf_session **s_p)
 {
 	struct tf_session *s;
-	int ret = tf__wire_rx_step(c->fd, &c->rx);
 
+	if (!from_ctl) {
+		/* A kept connection with a control QP has nothing to say
+		 * on its socket but its end. */
+		if (c->hs == TF_CONN_IDLE && c->ctl.ready)
+			ret = tf__ctl_tcp_check(c);
+		else
+			ret = tf__wire_rx_step(c->fd, &c->rx);
+	}
 	if (ret == 0)
 		return 0;
 	if (ret < 0)
@@ -801,7 +888,7 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 	if (ret)
 		goto err;
 	/* The session owns the connection from now on. */
-	epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	listener_unwatch(l, c);
 	if (c->hs == TF_CONN_IDLE)
 		l->n_idle--;
 	else
@@ -825,13 +912,35 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 err:
 	/* An idle connection the client closed is the normal end of a
 	 * kept connection, not a rejected handshake. */
-	if (!(c->hs == TF_CONN_IDLE && ret == -ECONNRESET && !c->rx.got)) {
+	if (!(c->hs == TF_CONN_IDLE && ret == -ECONNRESET &&
+	      (from_ctl || !c->rx.got))) {
 		if (ret != -TF_EAUTH)
 			STAT(l->node, handshake_rejects);
 		if (ret != -ECONNRESET)
 			send_reject(c, ret);
 	}
 	listener_drop(l, c);
+	return 0;
+}
+
+/* Poll the control QPs of the kept connections for their next OPEN:
+ * 1 with *@s_p set when a session opened. */
+static int scan_ctl(struct tf_listener *l, const tf_session_params_t *params,
+		    struct tf_session **s_p)
+{
+	for (struct tf_conn *c = l->conns.next; c != &l->conns; c = c->next) {
+		int r;
+
+		if (c->hs != TF_CONN_IDLE || !c->ctl.ready)
+			continue;
+		r = tf__ctl_next(c, &c->rx);
+		if (!r)
+			continue;
+		if (serve_conn(l, c, params, true, r < 0 ? r : 1, s_p) == 1)
+			return 1;
+		/* The list may have changed: look again next turn. */
+		break;
+	}
 	return 0;
 }
 
@@ -857,9 +966,36 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 				listener_drop(l, c);
 			}
 		}
+		/* A busy-polling listener looks at the control QPs first:
+		 * no system call when the next OPEN is there.  The sockets
+		 * are still looked at every TF_LISTENER_EPOLL_NS, so that
+		 * OPENs arriving back to back cannot starve handshakes and
+		 * the end of idle connections. */
+		if (l->busy_poll && now - l->epoll_ns < TF_LISTENER_EPOLL_NS) {
+			if (scan_ctl(l, params, s_p))
+				return 0;
+			if (timeout_ms >= 0 && now >= deadline)
+				return -EAGAIN;
+			continue;
+		}
+		l->epoll_ns = now;
+		/* Kept connections whose next OPEN comes on the control QP
+		 * are armed for the fd when they are not (an event consumed
+		 * the arm); an OPEN found by the arm's second look means
+		 * no sleeping.  A busy-polling listener never sleeps. */
+		if (l->busy_poll)
+			wait_ms = 0;
+		for (c = l->conns.next; c != &l->conns; c = c->next) {
+			if (c->hs != TF_CONN_IDLE || !c->ctl.ready)
+				continue;
+			if (!c->ctl_armed && c->ctl_watched)
+				c->ctl_armed = !tf__ctl_arm(c);
+			if (c->ctl.n_backlog)
+				wait_ms = 0;
+		}
 		if (timeout_ms >= 0 && now >= deadline)
 			wait_ms = 0;
-		else if (timeout_ms >= 0 &&
+		else if (wait_ms && timeout_ms >= 0 &&
 			 (deadline - now) / 1000000 < (uint64_t)wait_ms)
 			wait_ms = (int)((deadline - now) / 1000000);
 		/* Sessions already accepted may need this side to serve
@@ -869,6 +1005,23 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		if (n < 0 && errno != EINTR)
 			return -errno;
 		for (int i = 0; i < n; i++) {
+			uint64_t tag = evs[i].data.u64;
+
+			if (tag == EV_KICK) {
+				uint64_t v;
+
+				if (read(l->efd, &v, sizeof(v)) < 0 &&
+				    errno != EAGAIN)
+					tf_log_debug(S, "listener kick: %m");
+				continue;
+			}
+			if (tag & EV_CQ) {
+				/* The arm was consumed: re-arm next turn,
+				 * which polls the CQ too. */
+				c = (struct tf_conn *)(uintptr_t)(tag & ~EV_CQ);
+				c->ctl_armed = false;
+				continue;
+			}
 			c = evs[i].data.ptr;
 			if (!c) {
 				int fd;
@@ -912,12 +1065,17 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 				}
 				continue;
 			}
-			if (serve_conn(l, c, params, s_p) == 1)
+			if (serve_conn(l, c, params, false, 0, s_p) == 1)
 				return 0;
 			/* serve_conn may have freed a connection that a
 			 * later event names: stop and poll again. */
 			break;
 		}
+		/* Then the control QPs of kept connections (after the
+		 * sockets, so that the end of a connection its client gave
+		 * up is seen even while OPENs keep arriving on others). */
+		if (scan_ctl(l, params, s_p))
+			return 0;
 		if (timeout_ms >= 0 && tf__now_ns() >= deadline)
 			return -EAGAIN;
 	}
@@ -971,13 +1129,16 @@ static int client_accept(struct tf_session *s, bool reused)
 {
 	struct tf_conn *c = s->c;
 	struct tf_wire_cur cur;
-	const uint8_t *blob;
+	const uint8_t *blob, *ctl;
 	uint32_t id;
-	uint16_t blob_len;
+	uint16_t blob_len, ctl_len;
 	int ret;
 
 	tf__wire_rx_reset(&c->rx);
-	ret = tf__wire_recv(c->fd, &c->rx, s->node->timeout_ms);
+	if (s->qctl)
+		ret = tf__ctl_wait(c, &c->rx, s->node->timeout_ms);
+	else
+		ret = tf__wire_recv(c->fd, &c->rx, s->node->timeout_ms);
 	if (ret < 0)
 		return ret;
 	tf__wire_cur_init(&cur, &c->rx);
@@ -997,8 +1158,11 @@ static int client_accept(struct tf_session *s, bool reused)
 	id = tf__wire_get_u32(&cur);
 	blob_len = tf__wire_get_u16(&cur);
 	blob = tf__wire_get_bytes(&cur, blob_len);
+	ctl_len = tf__wire_get_u16(&cur);
+	ctl = tf__wire_get_bytes(&cur, ctl_len);
 	if (cur.bad || blob_len > TF_QP_ADDR_MAX || (reused != !blob_len) ||
-	    (reused && id != c->id)) {
+	    (reused && id != c->id) || ctl_len > TF_QP_ADDR_MAX ||
+	    (ctl_len && (reused || !c->ctl.qp))) {
 		tf_log_warn(S, "handshake: malformed ACCEPT");
 		return -TF_EWIRE;
 	}
@@ -1013,13 +1177,23 @@ static int client_accept(struct tf_session *s, bool reused)
 				    tf_strerror(ret));
 			return ret;
 		}
+		/* The server connected a control QP to ours (and will expect
+		 * the next session's OPEN there), or has none. */
+		if (ctl_len) {
+			ret = tf__ctl_connect(c, ctl, ctl_len);
+			if (ret)
+				return ret;
+		} else {
+			tf__ctl_destroy(c);
+		}
 	}
 	tf__wire_rx_reset(&c->rx);
 	return 0;
 }
 
 static int send_open(struct tf_session *s, const tf_session_params_t *params,
-		     const uint8_t *mac, const uint8_t *blob, size_t blob_len)
+		     const uint8_t *mac, const uint8_t *blob, size_t blob_len,
+		     const uint8_t *ctl, size_t ctl_len)
 {
 	struct tf_wire_msg m;
 	size_t priv_len = 0;
@@ -1036,10 +1210,14 @@ static int send_open(struct tf_session *s, const tf_session_params_t *params,
 	tf__wire_put_u16(&m, (uint16_t)priv_len);
 	if (priv_len)
 		tf__wire_put_bytes(&m, params->priv, priv_len);
+	if (ctl_len) {
+		tf__wire_put_u16(&m, (uint16_t)ctl_len);
+		tf__wire_put_bytes(&m, ctl, ctl_len);
+	}
 	ret = tf__wire_finish(&m);
 	if (ret)
 		return ret;
-	return tf__wire_send(s->c->fd, &m, s->node->timeout_ms);
+	return tf__sess_ctl_send(s, &m, s->node->timeout_ms);
 }
 
 /* Open a session on a kept connection; on failure the connection is
@@ -1051,7 +1229,8 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 	struct tf_session *s;
 	int ret;
 
-	if (tf_qp_state(c->qp) != TF_QPS_RTS) {
+	if (tf_qp_state(c->qp) != TF_QPS_RTS ||
+	    (c->ctl.ready && tf_qp_state(c->ctl.qp) != TF_QPS_RTS)) {
 		c->broken = true;
 		tf__conn_destroy(c);
 		return -TF_EQPERR;
@@ -1062,7 +1241,8 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 		return ret;
 	}
 	s->reused = true;
-	ret = send_open(s, params, NULL, NULL, 0);
+	s->qctl = c->ctl.ready;
+	ret = send_open(s, params, NULL, NULL, 0, NULL, 0);
 	if (!ret)
 		ret = client_accept(s, true);
 	if (ret) {
@@ -1078,10 +1258,11 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 
 static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 		       socklen_t sl, const tf_session_params_t *params,
-		       struct tf_session **s_p)
+		       bool no_reuse, struct tf_session **s_p)
 {
 	uint8_t blob[TF_QP_ADDR_MAX], mac[TF_WIRE_MAC], want[TF_WIRE_MAC];
-	size_t blob_len = sizeof(blob);
+	uint8_t ctl[TF_QP_ADDR_MAX];
+	size_t blob_len = sizeof(blob), ctl_len = 0;
 	uint32_t sd = 256, rd = 256;
 	struct tf_wire_msg m;
 	struct tf_wire_cur cur;
@@ -1174,10 +1355,20 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 	ret = tf_qp_get_addr(c->qp, blob, &blob_len);
 	if (ret)
 		goto err_conn;
+	/* A control QP for the sessions after this one, if the connection
+	 * may be kept; without one they use the socket. */
+	if (node->qp_cache && !no_reuse && !tf__ctl_create(node, c)) {
+		ctl_len = sizeof(ctl);
+		if (tf_qp_get_addr(c->ctl.qp, ctl, &ctl_len)) {
+			tf__ctl_destroy(c);
+			ctl_len = 0;
+		}
+	}
 	ret = tf__session_new(node, c, false, &s);
 	if (ret)
 		goto err_conn;
-	ret = send_open(s, params, auth ? mac : NULL, blob, blob_len);
+	ret = send_open(s, params, auth ? mac : NULL, blob, blob_len, ctl,
+			ctl_len);
 	if (!ret)
 		ret = client_accept(s, false);
 	if (ret) {
@@ -1228,7 +1419,7 @@ int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
 			goto out;
 		tf_log_debug(S, "kept connection failed: %s", tf_strerror(ret));
 	}
-	ret = connect_new(node, &sa, sl, params, &s);
+	ret = connect_new(node, &sa, sl, params, no_reuse, &s);
 	if (ret) {
 		STAT(node, connect_failures);
 		return ret;

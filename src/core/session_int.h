@@ -7,6 +7,7 @@
 #define TOLLFREE_SESSION_INT_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/socket.h>
@@ -21,6 +22,38 @@
 #define TF_SESS_MW_FREE_MAX 256
 /* Connections in the middle of their handshake, per listener. */
 #define TF_LISTENER_MAX_PENDING 256
+/* A busy-polling listener looks at its sockets at least this often. */
+#define TF_LISTENER_EPOLL_NS 20000ull
+
+/*
+ * The control QP of a connection (session_ctl.c): TF_CTL_RECV receive
+ * slots and TF_CTL_SEND send slots of TF_CTL_SLOT bytes each, in one
+ * registered buffer.  The largest control message on it is an ACCEPT with
+ * TF_WIRE_MAX_EXPOSE exposures (16 + 10 + 64 * 24 = 1562 bytes); an OPEN
+ * on a kept connection carries at most TF_WIRE_MAX_PRIV (1024) bytes of
+ * private data (1048 bytes).  tf__ctl_send checks the bound anyway.
+ */
+#define TF_CTL_SLOT 1600
+/* How often a session on the control QP looks at its socket for the
+ * peer's end (a system call; on the socket path every poll read it). */
+#define TF_CTL_SOCKET_CHECK_NS 100000ull
+#define TF_CTL_RECV	       (TF_SESSION_MAX_EXPOSURES + 8)
+#define TF_CTL_SEND	       8
+
+struct tf_ctl {
+	tf_qp_t *qp;  /* NULL: this connection has no control QP */
+	tf_cq_t *cq;  /* its sends and receives */
+	tf_mr_t *mr;  /* registers buf, local access only */
+	uint8_t *buf; /* the slots */
+	uint32_t lkey;
+	uint64_t sent, send_done;
+	/* Connected, with its receives posted, on both sides: the sessions
+	 * after the first one send their control messages here. */
+	bool ready;
+	/* Receives completed while waiting to send, in arrival order. */
+	struct tf_wc backlog[TF_CTL_RECV];
+	unsigned bl_head, n_backlog;
+};
 
 /* Server-side handshake states of a connection. */
 enum tf_conn_hs {
@@ -52,6 +85,12 @@ struct tf_conn {
 	socklen_t peer_len;
 	uint8_t nonce_c[TF_WIRE_NONCE], nonce_s[TF_WIRE_NONCE];
 	struct tf_wire_rx rx;
+	struct tf_ctl ctl;
+	/* The memory of this connection's last session, for the next. */
+	struct tf_session *spare;
+	uint64_t tcp_check_ns; /* last look at the socket (QP control) */
+	bool ctl_watched;      /* idle: its control CQ is in the epoll set */
+	bool ctl_armed;	       /* idle: its control CQ's fd is armed */
 };
 
 struct tf_node {
@@ -87,7 +126,12 @@ struct tf_listener {
 	struct tf_node *node;
 	int lfd;
 	int epfd;
+	/* Made readable when a kept connection's next OPEN is already
+	 * queued (it arrived before the control CQ was armed). */
+	int efd;
 	uint16_t port;
+	bool busy_poll;	   /* TF_LISTENER_BUSY_POLL: control CQs never armed */
+	uint64_t epoll_ns; /* busy_poll: the last look at the sockets */
 	struct tf_conn conns; /* list head: handshaking and idle */
 	unsigned n_idle, n_pending;
 	/* Sessions accepted and not yet closed hold a reference, so that
@@ -130,20 +174,34 @@ struct tf_session {
 	bool peer_closed;
 	bool broken;
 	bool opened; /* counted in sessions_opened (handshake completed) */
+	/* Control messages go over the connection's control QP (a session
+	 * on a kept connection whose control QP is ready), else TCP. */
+	bool qctl;
 	int n_bufs, n_exps, n_exps_sent, n_peer;
-	struct tf_sess_buf bufs[TF_SESSION_MAX_BUFS];
-	struct tf_sess_exp exps[TF_SESSION_MAX_EXPOSURES];
-	tf_exposure_info_t peer[TF_SESSION_MAX_EXPOSURES];
-	uint8_t priv[TF_WIRE_MAX_PRIV];
 	size_t priv_len;
+	uint64_t send_posted, send_done, recv_posted, recv_done;
+	int n_stash, stash_head;
+
+	/*
+	 * From here on, nothing is cleared when the memory of a session is
+	 * reused for the next session on its kept connection (see
+	 * tf__session_new): every entry below is written before it is read
+	 * (bufs and exps when they come into use, peer and priv up to their
+	 * counts, the rings by slot).  The arrays take ~40 KB with the
+	 * default queue depths; zeroing them per session cost more than a
+	 * session on a kept connection otherwise does.
+	 */
 	/* Work-request tracking: every WR posted carries an internal wr_id
 	 * (kind << 56 | slot); queues complete in order, so rings of the
 	 * queue depth map completions back to the caller's wr_ids. */
 	uint64_t *send_ids, *recv_ids;
-	uint64_t send_posted, send_done, recv_posted, recv_done;
 	/* User completions reaped while waiting for internal ones. */
 	struct tf_wc *stash;
-	int n_stash, stash_head, stash_cap;
+	int stash_cap;
+	struct tf_sess_buf bufs[TF_SESSION_MAX_BUFS];
+	struct tf_sess_exp exps[TF_SESSION_MAX_EXPOSURES];
+	tf_exposure_info_t peer[TF_SESSION_MAX_EXPOSURES];
+	uint8_t priv[TF_WIRE_MAX_PRIV];
 };
 
 /* session_conn.c */
@@ -152,12 +210,60 @@ int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
 void tf__conn_destroy(struct tf_conn *c);
 void tf__conn_unlink(struct tf_conn *c);
 void tf__conn_link(struct tf_conn *head, struct tf_conn *c);
+/*
+ * A wait for the peer or for the provider inside the session layer: spin
+ * (pause) for the context's TOLLFREE_POLL_SPIN_US, then yield between
+ * polls.  The messages and completions waited for take a microsecond or
+ * less to arrive; a system call on every turn (sched_yield costs about as
+ * much) would double that, and a wake-up across cores would cost tens of
+ * microseconds.  After the spin, yielding lets a peer that shares the
+ * core answer.
+ */
+struct tf_backoff {
+	uint64_t start, spin_ns;
+};
+
+static inline void tf__backoff_init(struct tf_backoff *b,
+				    const struct tf_node *node)
+{
+	b->start = tf__now_ns();
+	b->spin_ns = (uint64_t)node->ctx->cfg.poll_spin_us * 1000;
+}
+
+static inline void tf__backoff(struct tf_backoff *b)
+{
+	if (tf__now_ns() - b->start < b->spin_ns)
+		tf__cpu_relax();
+	else
+		sched_yield();
+}
+
 int tf__session_new(struct tf_node *node, struct tf_conn *c, bool server,
 		    struct tf_session **s_p);
+void tf__session_free_mem(struct tf_session *s);
 int tf__session_send_accept(struct tf_session *s);
 int tf__sess_read_exposures(struct tf_session *s, struct tf_wire_cur *cur);
 void tf__listener_keep(struct tf_listener *l, struct tf_conn *c);
 void tf__listener_put(struct tf_listener *l);
 void tf__node_keep(struct tf_node *node, struct tf_conn *c);
+/* Send @m on the session's control channel (QP or socket). */
+int tf__sess_ctl_send(struct tf_session *s, const struct tf_wire_msg *m,
+		      int timeout_ms);
+
+/* session_ctl.c */
+int tf__ctl_create(struct tf_node *node, struct tf_conn *c);
+void tf__ctl_destroy(struct tf_conn *c);
+int tf__ctl_connect(struct tf_conn *c, const void *blob, size_t len);
+int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m,
+		 int timeout_ms);
+/* The next control message into @rx: 1, 0 if none yet, or -errno. */
+int tf__ctl_next(struct tf_conn *c, struct tf_wire_rx *rx);
+/* As tf__ctl_next, waiting up to @timeout_ms (> 0); -ETIMEDOUT, or
+ * -ECONNRESET when the socket reports the peer's end. */
+int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms);
+/* Arm the receive CQ's fd for the next message (then looks once more). */
+int tf__ctl_arm(struct tf_conn *c);
+/* 0 if the socket is quiet, -ECONNRESET at EOF, -TF_EWIRE for bytes. */
+int tf__ctl_tcp_check(struct tf_conn *c);
 
 #endif /* TOLLFREE_SESSION_INT_H */

@@ -23,15 +23,26 @@
  *   C->S HELLO      nonce_c[32]
  *   S->C CHALLENGE  nonce_s[32], u8 auth, mac_s[32] if auth
  *   C->S OPEN       mac_c[32] if auth, u32 reuse_id, u16 blob_len, blob,
- *                   u16 priv_len, priv
+ *                   u16 priv_len, priv, and optionally (first OPEN only)
+ *                   u16 ctl_len, ctl_blob: the client's control QP
  *   S->C ACCEPT     u32 conn_id, u16 blob_len, blob (0 when reused),
- *                   u16 n, n * exposure
+ *                   u16 ctl_len, ctl_blob (the server's control QP, or 0:
+ *                   none; always 0 when reused), u16 n, n * exposure
  *     or REJECT     i32 error (a TF_E* or errno value, positive)
  * then, in either direction while the session lives:
  *        EXPOSE     u16 n, n * exposure
  *        CLOSE      (empty): the sender revoked everything it exposed
  * and for the next session on a kept connection C->S OPEN again (no auth:
  * the connection is the authenticated one).
+ *
+ * Channels: the first session of a connection sends all its messages on
+ * the TCP socket.  If both sides exchanged control QP blobs (and both
+ * connected them), every later session on the connection sends all its
+ * messages (OPEN, ACCEPT/REJECT, EXPOSE, CLOSE) as SENDs on the control
+ * QP instead, one message per SEND, in this same format; the receiver
+ * checks that the SEND's length is exactly hdr_size + size
+ * (session_ctl.c).  The socket then carries nothing; its end still means
+ * the peer's end.
  *
  * mac_s = HMAC-SHA256(psk, "tollfree-s" | nonce_c | nonce_s)
  * mac_c = HMAC-SHA256(psk, "tollfree-c" | nonce_s | nonce_c)

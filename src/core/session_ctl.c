@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session_ctl.c - the control channel of a kept connection: a second RC
+ * QP, made and connected with the connection's first session, that
+ * carries the control messages (OPEN, ACCEPT/REJECT, EXPOSE, CLOSE) of
+ * every later session on that connection as SEND/RECV.
+ *
+ * Why a QP of its own: the session's data QP belongs to the application,
+ * whose receives must never be consumed by the library's messages, and
+ * whose completions must never be mixed with ours.  The control QP
+ * accepts no remote access (its access flags are 0), so no window key or
+ * registration is reachable through it; windows stay bound to the data QP.
+ *
+ * Messages are the bootstrap wire format byte for byte (wire_int.h), one
+ * per SEND, so every check of the TCP path applies: the header is decoded
+ * and validated, and the completion's length must equal hdr_size + size.
+ *
+ * Flow control: TF_CTL_RECV receives stay posted.  A well-behaved peer
+ * never has more than 1 (OPEN/ACCEPT) + TF_SESSION_MAX_EXPOSURES (EXPOSE)
+ * + 1 (CLOSE) + 1 (the next OPEN) messages unread, fewer than TF_CTL_RECV;
+ * a peer that sends more waits on receiver-not-ready retries.  Receives
+ * that complete while this side waits for a send slot are queued in
+ * arrival order (the backlog) and handed out before the CQ is polled
+ * again, so that two sides sending at once never wait on each other.
+ *
+ * Waiting polls (tf__backoff: spins, then yields between polls; a
+ * wake-up across cores costs more than the messages themselves), and
+ * looks at the TCP socket every
+ * TF_CTL_SOCKET_CHECK_NS: the socket still reports the peer's death (EOF) where the
+ * QP may not.  Only the listener arms the CQ's fd, for idle connections
+ * (tf_listener_fd).
+ */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "session_int.h"
+
+#define S TF_SESS_SUBSYS
+
+static uint8_t *slot_addr(struct tf_ctl *k, unsigned slot)
+{
+	return k->buf + (size_t)slot * TF_CTL_SLOT;
+}
+
+static int post_recv_slot(struct tf_ctl *k, unsigned slot)
+{
+	struct tf_sge sge = {.addr = (uintptr_t)slot_addr(k, slot),
+			     .length = TF_CTL_SLOT,
+			     .lkey = k->lkey};
+	struct tf_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1};
+
+	return tf_post_recv(k->qp, &wr, NULL);
+}
+
+int tf__ctl_create(struct tf_node *node, struct tf_conn *c)
+{
+	struct tf_ctl *k = &c->ctl;
+	tf_cq_params_t cqp = {.field_mask = TF_CQ_PARAM_DEPTH,
+			      .depth = TF_CTL_RECV + TF_CTL_SEND + 4};
+	tf_qp_params_t qpp = {.field_mask = TF_QP_PARAM_MAX_SEND_WR |
+					    TF_QP_PARAM_MAX_RECV_WR |
+					    TF_QP_PARAM_ACCESS,
+			      .max_send_wr = TF_CTL_SEND,
+			      .max_recv_wr = TF_CTL_RECV,
+			      .access = 0};
+	size_t len = (size_t)(TF_CTL_RECV + TF_CTL_SEND) * TF_CTL_SLOT;
+	int ret;
+
+	/* A registration of its own, released with the connection: pool
+	 * memory would stay registered after the connection is gone.  It
+	 * has local access only, and this QP accepts no remote access. */
+	k->buf = tf__malloc(len);
+	if (!k->buf) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	ret = tf_mr_reg(node->pd, k->buf, len, TF_ACCESS_LOCAL_WRITE, &k->mr);
+	if (ret)
+		goto err;
+	k->lkey = tf_mr_lkey(k->mr);
+	ret = tf_cq_create(node->ctx, &cqp, &k->cq);
+	if (ret)
+		goto err;
+	qpp.send_cq = qpp.recv_cq = k->cq;
+	ret = tf_qp_create(node->pd, &qpp, &k->qp);
+	if (ret)
+		goto err;
+	return 0;
+err:
+	tf_log_warn(S, "no control QP (%s): kept connections use TCP",
+		    tf_strerror(ret));
+	tf__ctl_destroy(c);
+	return ret;
+}
+
+void tf__ctl_destroy(struct tf_conn *c)
+{
+	struct tf_ctl *k = &c->ctl;
+
+	/* The QP goes first: the CQ and the slice are in use by it until
+	 * then (destroying it drops its outstanding work). */
+	tf_qp_destroy(k->qp);
+	tf_cq_destroy(k->cq);
+	if (k->mr)
+		tf_mr_dereg(k->mr);
+	tf__free(k->buf);
+	memset(k, 0, sizeof(*k));
+}
+
+int tf__ctl_connect(struct tf_conn *c, const void *blob, size_t len)
+{
+	struct tf_ctl *k = &c->ctl;
+	int ret;
+
+	ret = tf_qp_connect(k->qp, blob, len);
+	if (ret) {
+		tf_log_warn(S, "peer control QP address refused: %s",
+			    tf_strerror(ret));
+		return ret;
+	}
+	for (unsigned i = 0; i < TF_CTL_RECV; i++) {
+		ret = post_recv_slot(k, i);
+		if (ret) {
+			tf_log_error(S, "cannot post control receives: %s",
+				     tf_strerror(ret));
+			return ret;
+		}
+	}
+	k->ready = true;
+	return 0;
+}
+
+/*
+ * Reap the control CQ: send completions free their slots (a failed send
+ * means the QP is in error), receives go to the backlog in arrival order.
+ * The backlog cannot overflow: at most TF_CTL_RECV receives are posted.
+ */
+static int reap(struct tf_ctl *k)
+{
+	struct tf_wc wc[16];
+	int r = tf_cq_poll(k->cq, 16, wc);
+
+	if (r < 0)
+		return r;
+	for (int i = 0; i < r; i++) {
+		if (wc[i].wr_id >= TF_CTL_RECV) {
+			if (wc[i].status != TF_WC_SUCCESS) {
+				tf_log_debug(S, "control send failed: %s",
+					     tf_wc_status_str(wc[i].status));
+				return -TF_EQPERR;
+			}
+			k->send_done++;
+			continue;
+		}
+		if (k->n_backlog == TF_CTL_RECV)
+			return -TF_EWIRE; /* cannot happen, see above */
+		k->backlog[(k->bl_head + k->n_backlog) % TF_CTL_RECV] = wc[i];
+		k->n_backlog++;
+	}
+	return 0;
+}
+
+int tf__ctl_tcp_check(struct tf_conn *c)
+{
+	uint8_t b;
+	ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+	if (n == 0)
+		return -ECONNRESET;
+	if (n > 0) {
+		/* Once the control QP carries a connection's messages, the
+		 * peer has nothing to say on the socket. */
+		tf_log_warn(S, "unexpected bytes on the socket of a kept "
+			       "connection");
+		return -TF_EWIRE;
+	}
+	if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return 0;
+	return -errno;
+}
+
+int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
+{
+	struct tf_ctl *k = &c->ctl;
+	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+	struct tf_send_wr wr = {.opcode = TF_WR_SEND,
+				.send_flags = TF_SEND_SIGNALED,
+				.num_sge = 1};
+	struct tf_sge sge;
+	unsigned slot;
+	int ret;
+
+	if (m->len > TF_CTL_SLOT) {
+		/* Cannot happen: the bounds of every message fit a slot. */
+		tf_log_error(S, "control message of %zu bytes exceeds %d",
+			     m->len, TF_CTL_SLOT);
+		return -EMSGSIZE;
+	}
+	for (;;) {
+		/* This also takes in what the peer sent meanwhile, so that
+		 * a peer waiting for us to read does not wait on us. */
+		ret = reap(k);
+		if (ret)
+			return ret;
+		if (k->sent - k->send_done < TF_CTL_SEND)
+			break;
+		if (tf__now_ns() > deadline) {
+			tf_log_warn(S,
+				    "control send did not complete within "
+				    "%d ms",
+				    timeout_ms);
+			return -ETIMEDOUT;
+		}
+		ret = tf__ctl_tcp_check(c);
+		if (ret)
+			return ret;
+	}
+	slot = TF_CTL_RECV + (unsigned)(k->sent % TF_CTL_SEND);
+	memcpy(slot_addr(k, slot), m->buf, m->len);
+	sge.addr = (uintptr_t)slot_addr(k, slot);
+	sge.length = (uint32_t)m->len;
+	sge.lkey = k->lkey;
+	wr.wr_id = slot;
+	wr.sg_list = &sge;
+	ret = tf_post_send(k->qp, &wr, NULL);
+	if (ret)
+		return ret;
+	k->sent++;
+	return 0;
+}
+
+/* Check a received control message and copy it into @rx. */
+static int decode(const struct tf_ctl *k, const struct tf_wc *wc,
+		  struct tf_wire_rx *rx)
+{
+	const uint8_t *p;
+
+	if (wc->status != TF_WC_SUCCESS) {
+		tf_log_debug(S, "control receive failed: %s",
+			     tf_wc_status_str(wc->status));
+		return -TF_EQPERR;
+	}
+	if (wc->opcode != TF_WC_RECV || wc->byte_len < TF_WIRE_HDR_SIZE ||
+	    wc->byte_len > TF_CTL_SLOT) {
+		tf_log_warn(S, "malformed control message (%u bytes)",
+			    wc->byte_len);
+		return -TF_EWIRE;
+	}
+	p = k->buf + wc->wr_id * TF_CTL_SLOT;
+	tf__wire_rx_reset(rx);
+	if (tf__wire_hdr_decode(p, &rx->h))
+		return -TF_EWIRE;
+	/* The header's sizes were bounded by the decode; they must also
+	 * account for exactly the bytes that arrived. */
+	if ((uint32_t)rx->h.hdr_size + rx->h.size != wc->byte_len) {
+		tf_log_warn(S, "control message of %u bytes claims %u + %u",
+			    wc->byte_len, rx->h.hdr_size, rx->h.size);
+		return -TF_EWIRE;
+	}
+	memcpy(rx->hdr, p, rx->h.hdr_size);
+	memcpy(rx->body, p + rx->h.hdr_size, rx->h.size);
+	rx->have_hdr = true;
+	rx->got = wc->byte_len;
+	return 0;
+}
+
+int tf__ctl_next(struct tf_conn *c, struct tf_wire_rx *rx)
+{
+	struct tf_ctl *k = &c->ctl;
+	struct tf_wc wc;
+	int ret;
+
+	if (!k->n_backlog) {
+		ret = reap(k);
+		if (ret)
+			return ret;
+		if (!k->n_backlog)
+			return 0;
+	}
+	wc = k->backlog[k->bl_head];
+	k->bl_head = (k->bl_head + 1) % TF_CTL_RECV;
+	k->n_backlog--;
+	ret = decode(k, &wc, rx);
+	if (ret)
+		return ret;
+	/* The bytes were copied out: the slot takes the next message. */
+	ret = post_recv_slot(k, (unsigned)wc.wr_id);
+	if (ret) {
+		tf_log_warn(S, "cannot repost a control receive: %s",
+			    tf_strerror(ret));
+		return ret;
+	}
+	return 1;
+}
+
+int tf__ctl_arm(struct tf_conn *c)
+{
+	int ret = tf_cq_arm(c->ctl.cq);
+
+	if (ret)
+		return ret;
+	/* As after ibv_req_notify_cq: what arrived before the arm would
+	 * signal nothing, so look once more. */
+	return reap(&c->ctl);
+}
+
+int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms)
+{
+	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	/* The socket is not looked at before the answer had time to come
+	 * on the QP. */
+	uint64_t checked = tf__now_ns();
+	struct tf_backoff bo;
+	int ret;
+
+	tf__backoff_init(&bo, c->node);
+
+	for (;;) {
+		uint64_t now;
+
+		ret = tf__ctl_next(c, rx);
+		if (ret)
+			return ret;
+		now = tf__now_ns();
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		/* The socket now and then: a system call. */
+		if (now - checked >= TF_CTL_SOCKET_CHECK_NS) {
+			checked = now;
+			ret = tf__ctl_tcp_check(c);
+			if (ret)
+				return ret;
+		}
+		tf__backoff(&bo);
+	}
+}

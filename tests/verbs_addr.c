@@ -58,8 +58,8 @@ static void expect(const uint8_t *blob, size_t len, int err, const char *what)
 	CHECKF(ret == err, "%s: decode = %d (%s), expected %d (%s)", what, ret,
 	       tf_strerror(ret), err, tf_strerror(err));
 	if (err)
-		CHECKF(!memcmp(&out, &guard, sizeof(out)),
-		       "%s: output written on failure", what);
+		CHECKF(same(&out, &guard), "%s: output written on failure",
+		       what);
 }
 
 static void test_round_trip(void)

@@ -6,11 +6,13 @@
  * socket.  It goes through a socketpair into tf__wire_rx_step, the real
  * non-blocking receive state machine (header, extra header bytes a later
  * version may add, body), in chunks whose size the input chooses so that
- * partial reads are exercised.  Every complete message is then decoded with
- * the tf__wire_get_* cursor exactly as session.c and session_conn.c decode
- * it (the body parsers of server_open, client_accept and connect_new are
- * inline there, so their field sequence is replayed here), and EXPOSE and
- * ACCEPT bodies go through tf__sess_read_exposures on a session object.
+ * partial reads are exercised.  Every complete message is then given to
+ * every body parser (tf__wire_parse_*, the functions session.c and
+ * session_conn.c call): all but the one of its op must refuse it, and what
+ * that one accepts must lie inside the body, within the format's bounds,
+ * and encode back to the bytes it was parsed from.  Exposure lists then go
+ * through tf__sess_add_exposures on a session object, as the session code
+ * does with those of ACCEPT and EXPOSE.
  *
  * Input layout:
  *   byte 0   chunk size of each write into the socket (0: all at once;
@@ -43,80 +45,69 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return sess ? 0 : -1;
 }
 
-/* The OPEN body, as server_open reads it. */
-static void decode_open(struct tf_wire_cur *cur, bool with_mac)
+/* @p, @n bytes, lies inside the body of @rx. */
+static bool in_body(const struct tf_wire_rx *rx, const uint8_t *p, size_t n)
 {
-	const uint8_t *mac = NULL, *blob, *priv;
-	uint16_t blob_len, priv_len;
+	return p && p >= rx->body && n <= rx->h.size &&
+	       (size_t)(p - rx->body) <= rx->h.size - n;
+}
 
-	if (with_mac)
-		mac = tf__wire_get_bytes(cur, TF_WIRE_MAC);
-	(void)tf__wire_get_u32(cur);
-	blob_len = tf__wire_get_u16(cur);
-	blob = tf__wire_get_bytes(cur, blob_len);
-	priv_len = tf__wire_get_u16(cur);
-	priv = tf__wire_get_bytes(cur, priv_len);
-	if (cur->bad)
-		return;
-	/* What the server then uses must lie inside what was received. */
-	FUZZ_CHECK(!with_mac || mac);
-	FUZZ_CHECK(blob && priv);
-	if (blob_len <= TF_QP_ADDR_MAX && priv_len <= TF_WIRE_MAX_PRIV) {
-		uint8_t copy[TF_WIRE_MAX_PRIV];
+/* The body begins with the @n bytes of @m (past its header). */
+static void check_prefix(const struct tf_wire_rx *rx, struct tf_wire_msg *m)
+{
+	size_t n = m->len - TF_WIRE_HDR_SIZE;
 
-		memcpy(copy, priv, priv_len);
-		memcpy(copy, blob, blob_len);
+	FUZZ_CHECK(!m->overflow && n <= rx->h.size);
+	FUZZ_CHECK(!memcmp(m->buf + TF_WIRE_HDR_SIZE, rx->body, n));
+}
+
+static void put_exposures(struct tf_wire_msg *m,
+			  const struct tf_wire_exposures *x)
+{
+	FUZZ_CHECK(x->n <= TF_WIRE_MAX_EXPOSE);
+	tf__wire_put_u16(m, (uint16_t)x->n);
+	for (unsigned i = 0; i < x->n; i++) {
+		const tf_exposure_info_t *e = &x->e[i];
+
+		FUZZ_CHECK(e->length && e->addr + e->length >= e->addr);
+		FUZZ_CHECK(e->rights &&
+			   !(e->rights & ~(uint32_t)TF_WIRE_EXPOSURE_RIGHTS));
+		tf__wire_put_u64(m, e->addr);
+		tf__wire_put_u64(m, e->length);
+		tf__wire_put_u32(m, e->rkey);
+		tf__wire_put_u32(m, e->rights);
 	}
 }
 
-/* The CHALLENGE body, as connect_new reads it. */
-static void decode_challenge(struct tf_wire_cur *cur)
+/* An exposure list ends the body: it re-encodes to all of it. */
+static void add_exposures(const struct tf_wire_rx *rx, struct tf_wire_msg *m,
+			  const struct tf_wire_exposures *x)
 {
-	const uint8_t *ns, *smac = NULL;
-	uint8_t auth, nonce[TF_WIRE_NONCE], mac[TF_WIRE_MAC];
+	int before = sess->n_peer, ret;
 
-	ns = tf__wire_get_bytes(cur, TF_WIRE_NONCE);
-	auth = tf__wire_get_u8(cur);
-	if (auth)
-		smac = tf__wire_get_bytes(cur, TF_WIRE_MAC);
-	if (cur->bad || auth > 1)
-		return;
-	memcpy(nonce, ns, TF_WIRE_NONCE);
-	if (smac)
-		memcpy(mac, smac, TF_WIRE_MAC);
-}
-
-/* The REJECT body, as client_accept and connect_new read it. */
-static void decode_reject(struct tf_wire_cur *cur)
-{
-	int ret = (int)tf__wire_get_u32(cur);
-
-	ret = -((cur->bad || ret <= 0 || ret > 4096) ? TF_EWIRE : ret);
-	FUZZ_CHECK(tf_strerror(ret) != NULL);
-}
-
-/* The ACCEPT body, as client_accept reads it. */
-static void decode_accept(struct tf_wire_cur *cur)
-{
-	const uint8_t *blob;
-	uint16_t blob_len;
-	uint8_t copy[TF_QP_ADDR_MAX];
-
-	(void)tf__wire_get_u32(cur);
-	blob_len = tf__wire_get_u16(cur);
-	blob = tf__wire_get_bytes(cur, blob_len);
-	if (cur->bad || blob_len > TF_QP_ADDR_MAX)
-		return;
-	memcpy(copy, blob, blob_len);
-	(void)tf__sess_read_exposures(sess, cur);
+	put_exposures(m, x);
+	check_prefix(rx, m);
+	FUZZ_CHECK(m->len - TF_WIRE_HDR_SIZE == rx->h.size);
+	ret = tf__sess_add_exposures(sess, x);
+	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
+	FUZZ_CHECK(sess->n_peer == before + (ret ? 0 : (int)x->n));
+	FUZZ_CHECK(sess->n_peer <= TF_SESSION_MAX_EXPOSURES);
+	if (!ret)
+		FUZZ_CHECK(!memcmp(sess->peer + before, x->e,
+				   x->n * sizeof(x->e[0])));
 }
 
 static void decode(const struct tf_wire_rx *rx, bool with_mac)
 {
-	struct tf_wire_cur cur;
+	struct tf_wire_challenge ch;
+	struct tf_wire_exposures ex;
+	struct tf_wire_accept acc;
+	struct tf_wire_hello hello;
+	struct tf_wire_open req;
+	struct tf_wire_msg m;
 	struct tf_wire_hdr h;
 	uint8_t enc[TF_WIRE_HDR_SIZE];
-	int before = sess->n_peer;
+	int ret, err, ok = 0;
 
 	/* The state machine hands over only what it validated. */
 	FUZZ_CHECK(rx->have_hdr);
@@ -128,33 +119,101 @@ static void decode(const struct tf_wire_rx *rx, bool with_mac)
 	tf__wire_hdr_encode(&h, enc);
 	FUZZ_CHECK(!memcmp(enc, rx->hdr, TF_WIRE_HDR_SIZE));
 
-	tf__wire_cur_init(&cur, rx);
-	switch (rx->h.op) {
-	case TF_WIRE_HELLO:
-		(void)tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
-		break;
-	case TF_WIRE_CHALLENGE:
-		decode_challenge(&cur);
-		break;
-	case TF_WIRE_OPEN:
-		decode_open(&cur, with_mac);
-		break;
-	case TF_WIRE_ACCEPT:
-		decode_accept(&cur);
-		break;
-	case TF_WIRE_REJECT:
-		decode_reject(&cur);
-		break;
-	case TF_WIRE_EXPOSE:
-		(void)tf__sess_read_exposures(sess, &cur);
-		break;
-	default:
-		break;
+	ret = tf__wire_parse_hello(rx, &hello);
+	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
+	if (!ret) {
+		ok++;
+		FUZZ_CHECK(rx->h.op == TF_WIRE_HELLO);
+		FUZZ_CHECK(in_body(rx, hello.nonce, TF_WIRE_NONCE));
+		FUZZ_CHECK(hello.nonce == rx->body);
 	}
-	/* Exposures only accumulate, within the per-session bound. */
-	FUZZ_CHECK(sess->n_peer >= before);
-	FUZZ_CHECK(sess->n_peer <= TF_SESSION_MAX_EXPOSURES);
-	FUZZ_CHECK(cur.bad || cur.left <= rx->h.size);
+
+	ret = tf__wire_parse_challenge(rx, &ch);
+	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
+	if (!ret) {
+		ok++;
+		FUZZ_CHECK(rx->h.op == TF_WIRE_CHALLENGE);
+		FUZZ_CHECK(in_body(rx, ch.nonce, TF_WIRE_NONCE));
+		FUZZ_CHECK(!ch.mac || in_body(rx, ch.mac, TF_WIRE_MAC));
+		tf__wire_init(&m, TF_WIRE_CHALLENGE);
+		tf__wire_put_bytes(&m, ch.nonce, TF_WIRE_NONCE);
+		tf__wire_put_u8(&m, ch.mac ? 1 : 0);
+		if (ch.mac)
+			tf__wire_put_bytes(&m, ch.mac, TF_WIRE_MAC);
+		check_prefix(rx, &m);
+	}
+
+	ret = tf__wire_parse_open(rx, with_mac, &req);
+	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
+	if (!ret) {
+		ok++;
+		FUZZ_CHECK(rx->h.op == TF_WIRE_OPEN);
+		FUZZ_CHECK(with_mac == !!req.mac);
+		FUZZ_CHECK(!req.mac || in_body(rx, req.mac, TF_WIRE_MAC));
+		FUZZ_CHECK(req.blob_len <= TF_QP_ADDR_MAX);
+		FUZZ_CHECK(req.priv_len <= TF_WIRE_MAX_PRIV);
+		FUZZ_CHECK(in_body(rx, req.blob, req.blob_len));
+		FUZZ_CHECK(in_body(rx, req.priv, req.priv_len));
+		FUZZ_CHECK(req.ctl_len <= TF_QP_ADDR_MAX);
+		FUZZ_CHECK(!req.ctl_len || in_body(rx, req.ctl, req.ctl_len));
+		tf__wire_init(&m, TF_WIRE_OPEN);
+		if (req.mac)
+			tf__wire_put_bytes(&m, req.mac, TF_WIRE_MAC);
+		tf__wire_put_u32(&m, req.reuse_id);
+		tf__wire_put_u16(&m, req.blob_len);
+		tf__wire_put_bytes(&m, req.blob, req.blob_len);
+		tf__wire_put_u16(&m, req.priv_len);
+		tf__wire_put_bytes(&m, req.priv, req.priv_len);
+		if (req.ctl) {
+			tf__wire_put_u16(&m, req.ctl_len);
+			tf__wire_put_bytes(&m, req.ctl, req.ctl_len);
+		}
+		check_prefix(rx, &m);
+	}
+
+	ret = tf__wire_parse_accept(rx, &acc);
+	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
+	if (!ret) {
+		ok++;
+		FUZZ_CHECK(rx->h.op == TF_WIRE_ACCEPT);
+		FUZZ_CHECK(acc.blob_len <= TF_QP_ADDR_MAX);
+		FUZZ_CHECK(in_body(rx, acc.blob, acc.blob_len));
+		FUZZ_CHECK(acc.ctl_len <= TF_QP_ADDR_MAX);
+		FUZZ_CHECK(in_body(rx, acc.ctl, acc.ctl_len));
+		tf__wire_init(&m, TF_WIRE_ACCEPT);
+		tf__wire_put_u32(&m, acc.conn_id);
+		tf__wire_put_u16(&m, acc.blob_len);
+		tf__wire_put_bytes(&m, acc.blob, acc.blob_len);
+		tf__wire_put_u16(&m, acc.ctl_len);
+		tf__wire_put_bytes(&m, acc.ctl, acc.ctl_len);
+		add_exposures(rx, &m, &acc.exps);
+	}
+
+	err = 0;
+	ret = tf__wire_parse_reject(rx, &err);
+	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
+	if (!ret) {
+		ok++;
+		FUZZ_CHECK(rx->h.op == TF_WIRE_REJECT);
+		FUZZ_CHECK(err < 0 && err >= -4096);
+		FUZZ_CHECK(tf_strerror(err) != NULL);
+		tf__wire_init(&m, TF_WIRE_REJECT);
+		tf__wire_put_u32(&m, (uint32_t)-err);
+		check_prefix(rx, &m);
+	} else {
+		FUZZ_CHECK(err == 0);
+	}
+
+	ret = tf__wire_parse_expose(rx, &ex);
+	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
+	if (!ret) {
+		ok++;
+		FUZZ_CHECK(rx->h.op == TF_WIRE_EXPOSE);
+		tf__wire_init(&m, TF_WIRE_EXPOSE);
+		add_exposures(rx, &m, &ex);
+	}
+	/* A message is of one op: at most one parser takes it. */
+	FUZZ_CHECK(ok <= 1);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -17,6 +17,7 @@
 #include "core/wire_int.h"
 #include "fuzz_common.h"
 #include "providers/soft/soft_int.h"
+#include "providers/verbs/verbs_blob.h"
 
 static const char *top;
 static int failures;
@@ -326,10 +327,31 @@ static int soft_blob(const char *transport, uint8_t *blob, size_t *len)
 	return ret;
 }
 
+/* A verbs blob with a GID ending in 1 and LID 0 (IB: LID 0x11). */
+static int verbs_blob(uint8_t ll, uint32_t qpn, uint32_t psn, uint8_t mtu,
+		      uint8_t *blob, size_t *len)
+{
+	struct verbs_addr a = {.qpn = qpn,
+			       .psn = psn,
+			       .lid = ll == VERBS_LL_IB ? 0x11 : 0,
+			       .mtu = mtu,
+			       .link_layer = ll,
+			       .port = 1};
+	int ret;
+
+	a.gid[15] = 1;
+	ret = tf_verbs_addr_encode(&a, blob, len);
+	if (ret) {
+		fprintf(stderr, "verbs blob: %s\n", tf_strerror(ret));
+		failures++;
+	}
+	return ret;
+}
+
 static void gen_addr(uint8_t *shm_blob, size_t *shm_len, uint8_t *tcp_blob,
 		     size_t *tcp_len)
 {
-	uint8_t blob[TF_QP_ADDR_MAX], vb[40] = {0};
+	uint8_t blob[TF_QP_ADDR_MAX], vb[VERBS_ADDR_LEN];
 	size_t len = sizeof(blob);
 
 	if (!soft_blob("shm", shm_blob, shm_len))
@@ -345,17 +367,47 @@ static void gen_addr(uint8_t *shm_blob, size_t *shm_len, uint8_t *tcp_blob,
 	len = sizeof(blob);
 	if (!soft_blob("auto", blob, &len))
 		put("fuzz_soft_addr", "auto", blob, len, NULL, 0);
-	/* A verbs blob (big-endian "TFVB", version 1, RoCE, 40 bytes): the
-	 * soft provider must say "not mine". */
-	memcpy(vb, "TFVB", 4);
-	vb[4] = 1;
-	vb[5] = 2;
-	vb[7] = 40;
-	vb[11] = 0x11;
-	vb[31] = 1;
-	vb[34] = 4;
-	vb[36] = 1;
-	put("fuzz_soft_addr", "verbs", vb, sizeof(vb), NULL, 0);
+	/* A verbs blob (RoCE, QPN 0x11, 1024-byte MTU): the soft provider
+	 * must say "not mine". */
+	len = sizeof(vb);
+	if (verbs_blob(VERBS_LL_ETH, 0x11, 0, 3, vb, &len))
+		return;
+	put("fuzz_soft_addr", "verbs", vb, len, NULL, 0);
+}
+
+/* Valid blobs of both link layers and every MTU, then blobs each refused
+ * by one check, and a soft blob (not a verbs one). */
+static void gen_verbs_addr(const uint8_t *soft, size_t soft_len)
+{
+	uint8_t b[VERBS_ADDR_LEN];
+	size_t len = sizeof(b);
+	char name[32];
+
+	for (uint8_t m = VERBS_MTU_MIN; m <= VERBS_MTU_MAX; m++) {
+		len = sizeof(b);
+		if (verbs_blob(VERBS_LL_ETH, 0x100 + m, 0x123456, m, b, &len))
+			return;
+		snprintf(name, sizeof(name), "roce-mtu%u", 128u << m);
+		put("fuzz_verbs_addr", name, b, len, NULL, 0);
+	}
+	len = sizeof(b);
+	if (verbs_blob(VERBS_LL_IB, VERBS_24B_MASK, VERBS_24B_MASK, 5, b, &len))
+		return;
+	put("fuzz_verbs_addr", "ib-max", b, len, NULL, 0);
+	put("fuzz_verbs_addr", "edge-truncated", b, len - 1, NULL, 0);
+	put("fuzz_verbs_addr", "edge-short", b, 7, NULL, 0);
+	b[4] = VERBS_ADDR_VERSION + 1;
+	put("fuzz_verbs_addr", "edge-version", b, len, NULL, 0);
+	b[4] = VERBS_ADDR_VERSION;
+	b[8] = 1; /* QPN of 25 bits */
+	put("fuzz_verbs_addr", "edge-qpn", b, len, NULL, 0);
+	b[8] = 0;
+	b[35] = 1; /* 4097-byte MTU */
+	put("fuzz_verbs_addr", "edge-mtu", b, len, NULL, 0);
+	b[35] = 0;
+	b[39] = 1;
+	put("fuzz_verbs_addr", "edge-reserved", b, len, NULL, 0);
+	put("fuzz_verbs_addr", "soft", soft, soft_len, NULL, 0);
 }
 
 /* ---------------------------------------------------------------- config */
@@ -408,6 +460,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	gen_addr(blob, &len, tblob, &tlen);
+	gen_verbs_addr(tblob, tlen);
 	gen_wire(blob, len);
 	gen_accept(tblob, tlen);
 	gen_tcp();

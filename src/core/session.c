@@ -32,9 +32,7 @@ enum { WR_SEND = 1, WR_RECV = 2, WR_INT = 3 };
 #define WR_KIND(_id)	    ((unsigned)((_id) >> 56))
 #define WR_SLOT(_id)	    ((_id) & ((1ull << 56) - 1))
 
-#define REMOTE_RIGHTS                                     \
-	(TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE | \
-	 TF_ACCESS_REMOTE_ATOMIC)
+#define REMOTE_RIGHTS TF_WIRE_EXPOSURE_RIGHTS
 
 int tf__session_new(struct tf_node *node, struct tf_conn *c, bool server,
 		    struct tf_session **s_p)
@@ -99,37 +97,16 @@ static void put_exposures(struct tf_wire_msg *m, struct tf_session *s)
 	}
 }
 
-int tf__sess_read_exposures(struct tf_session *s, struct tf_wire_cur *cur)
+int tf__sess_add_exposures(struct tf_session *s,
+			   const struct tf_wire_exposures *x)
 {
-	uint16_t n = tf__wire_get_u16(cur);
-
-	if (cur->bad || n > TF_WIRE_MAX_EXPOSE ||
-	    n > TF_SESSION_MAX_EXPOSURES - s->n_peer ||
-	    cur->left != (size_t)n * TF_WIRE_EXPOSURE_SIZE) {
-		tf_log_warn(S,
-			    "peer sent a malformed list of %u exposures "
-			    "(%zu bytes, %d known)",
-			    n, cur->left, s->n_peer);
+	if (x->n > (unsigned)(TF_SESSION_MAX_EXPOSURES - s->n_peer)) {
+		tf_log_warn(S, "peer sent %u exposures, %d known (limit %d)",
+			    x->n, s->n_peer, TF_SESSION_MAX_EXPOSURES);
 		return -TF_EWIRE;
 	}
-	for (unsigned i = 0; i < n; i++) {
-		tf_exposure_info_t e;
-
-		e.addr = tf__wire_get_u64(cur);
-		e.length = tf__wire_get_u64(cur);
-		e.rkey = tf__wire_get_u32(cur);
-		e.rights = tf__wire_get_u32(cur);
-		if (!e.length || e.addr + e.length < e.addr || !e.rights ||
-		    (e.rights & ~(uint32_t)REMOTE_RIGHTS)) {
-			tf_log_warn(S,
-				    "peer sent a bad exposure (len %llu, "
-				    "rights 0x%x)",
-				    (unsigned long long)e.length, e.rights);
-			return -TF_EWIRE;
-		}
-		s->peer[s->n_peer + (int)i] = e;
-	}
-	s->n_peer += n;
+	memcpy(s->peer + s->n_peer, x->e, x->n * sizeof(x->e[0]));
+	s->n_peer += (int)x->n;
 	return 0;
 }
 
@@ -171,7 +148,7 @@ static void ctrl_step(struct tf_session *s)
 	struct tf_conn *c = s->c;
 
 	while (!s->broken && !s->peer_closed && !s->deferred) {
-		struct tf_wire_cur cur;
+		struct tf_wire_exposures x;
 		int ret = s->qctl ? tf__ctl_next(c, &c->rx)
 				  : tf__wire_rx_step(c->fd, &c->rx);
 
@@ -183,9 +160,10 @@ static void ctrl_step(struct tf_session *s)
 			set_broken(s, ret);
 			return;
 		}
-		tf__wire_cur_init(&cur, &c->rx);
 		if (c->rx.h.op == TF_WIRE_EXPOSE) {
-			ret = tf__sess_read_exposures(s, &cur);
+			ret = tf__wire_parse_expose(&c->rx, &x);
+			if (!ret)
+				ret = tf__sess_add_exposures(s, &x);
 		} else if (c->rx.h.op == TF_WIRE_CLOSE) {
 			s->peer_closed = true;
 			ret = 0;

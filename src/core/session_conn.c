@@ -701,25 +701,15 @@ static void send_reject(struct tf_conn *c, int err)
 static int server_hello(struct tf_listener *l, struct tf_conn *c)
 {
 	struct tf_node *node = l->node;
-	struct tf_wire_cur cur;
+	struct tf_wire_hello hello;
 	struct tf_wire_msg m;
-	const uint8_t *nc;
 	uint8_t mac[TF_WIRE_MAC];
 	int ret;
 
-	if (c->rx.h.op != TF_WIRE_HELLO) {
-		tf_log_warn(S, "handshake: expected HELLO, got op %u",
-			    c->rx.h.op);
-		return -TF_EWIRE;
-	}
-	tf__wire_cur_init(&cur, &c->rx);
-	nc = tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
-	if (!nc) {
-		tf_log_warn(S, "handshake: HELLO of %u bytes is truncated",
-			    c->rx.h.size);
-		return -TF_EWIRE;
-	}
-	memcpy(c->nonce_c, nc, TF_WIRE_NONCE);
+	ret = tf__wire_parse_hello(&c->rx, &hello);
+	if (ret)
+		return ret;
+	memcpy(c->nonce_c, hello.nonce, TF_WIRE_NONCE);
 	ret = tf__random(c->nonce_s, TF_WIRE_NONCE);
 	if (ret)
 		return ret;
@@ -747,8 +737,8 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 		       struct tf_session **s_p)
 {
 	struct tf_node *node = l->node;
-	struct tf_wire_cur cur;
-	const uint8_t *mac = NULL, *blob, *priv, *ctl = NULL;
+	struct tf_wire_open req;
+	const uint8_t *mac, *blob, *priv, *ctl;
 	uint8_t want[TF_WIRE_MAC];
 	struct tf_session *s;
 	uint32_t reuse;
@@ -756,31 +746,23 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 	bool idle = c->hs == TF_CONN_IDLE;
 	int ret;
 
-	if (c->rx.h.op != TF_WIRE_OPEN) {
-		tf_log_warn(S, "handshake: expected OPEN, got op %u",
-			    c->rx.h.op);
-		return -TF_EWIRE;
-	}
-	tf__wire_cur_init(&cur, &c->rx);
 	/* A kept connection proved the key when it was made. */
-	if (node->psk_len && !idle)
-		mac = tf__wire_get_bytes(&cur, TF_WIRE_MAC);
-	reuse = tf__wire_get_u32(&cur);
-	blob_len = tf__wire_get_u16(&cur);
-	blob = tf__wire_get_bytes(&cur, blob_len);
-	priv_len = tf__wire_get_u16(&cur);
-	priv = tf__wire_get_bytes(&cur, priv_len);
-	/* Optional: the client's control QP (a client without one, or of
-	 * an earlier release, sends nothing more). */
-	if (!cur.bad && cur.left) {
-		ctl_len = tf__wire_get_u16(&cur);
-		ctl = tf__wire_get_bytes(&cur, ctl_len);
-	}
-	if (cur.bad || blob_len > TF_QP_ADDR_MAX ||
-	    priv_len > TF_WIRE_MAX_PRIV || ctl_len > TF_QP_ADDR_MAX ||
-	    (idle && ctl_len)) {
-		tf_log_warn(S, "handshake: malformed OPEN (%u bytes)",
-			    c->rx.h.size);
+	ret = tf__wire_parse_open(&c->rx, node->psk_len && !idle, &req);
+	if (ret)
+		return ret;
+	mac = req.mac;
+	reuse = req.reuse_id;
+	blob = req.blob;
+	blob_len = req.blob_len;
+	priv = req.priv;
+	priv_len = req.priv_len;
+	ctl = req.ctl;
+	ctl_len = req.ctl_len;
+	/* A kept connection's control QP was set up with its first
+	 * session. */
+	if (idle && ctl_len) {
+		tf_log_warn(S, "handshake: OPEN on a kept connection names a "
+			       "control QP");
 		return -TF_EWIRE;
 	}
 	if (mac) {
@@ -1128,7 +1110,7 @@ err_close:
 static int client_accept(struct tf_session *s, bool reused)
 {
 	struct tf_conn *c = s->c;
-	struct tf_wire_cur cur;
+	struct tf_wire_accept acc;
 	const uint8_t *blob, *ctl;
 	uint32_t id;
 	uint16_t blob_len, ctl_len;
@@ -1141,32 +1123,27 @@ static int client_accept(struct tf_session *s, bool reused)
 		ret = tf__wire_recv(c->fd, &c->rx, s->node->timeout_ms);
 	if (ret < 0)
 		return ret;
-	tf__wire_cur_init(&cur, &c->rx);
 	if (c->rx.h.op == TF_WIRE_REJECT) {
-		ret = (int)tf__wire_get_u32(&cur);
-		if (cur.bad || ret <= 0 || ret > 4096)
-			ret = TF_EWIRE;
+		if (tf__wire_parse_reject(&c->rx, &ret))
+			ret = -TF_EWIRE;
 		tf_log_warn(S, "server refused the session: %s",
 			    tf_strerror(ret));
-		return -ret;
+		return ret;
 	}
-	if (c->rx.h.op != TF_WIRE_ACCEPT) {
-		tf_log_warn(S, "handshake: expected ACCEPT, got op %u",
-			    c->rx.h.op);
-		return -TF_EWIRE;
-	}
-	id = tf__wire_get_u32(&cur);
-	blob_len = tf__wire_get_u16(&cur);
-	blob = tf__wire_get_bytes(&cur, blob_len);
-	ctl_len = tf__wire_get_u16(&cur);
-	ctl = tf__wire_get_bytes(&cur, ctl_len);
-	if (cur.bad || blob_len > TF_QP_ADDR_MAX || (reused != !blob_len) ||
-	    (reused && id != c->id) || ctl_len > TF_QP_ADDR_MAX ||
+	ret = tf__wire_parse_accept(&c->rx, &acc);
+	if (ret)
+		return ret;
+	id = acc.conn_id;
+	blob = acc.blob;
+	blob_len = acc.blob_len;
+	ctl = acc.ctl;
+	ctl_len = acc.ctl_len;
+	if ((reused != !blob_len) || (reused && id != c->id) ||
 	    (ctl_len && (reused || !c->ctl.qp))) {
 		tf_log_warn(S, "handshake: malformed ACCEPT");
 		return -TF_EWIRE;
 	}
-	ret = tf__sess_read_exposures(s, &cur);
+	ret = tf__sess_add_exposures(s, &acc.exps);
 	if (ret)
 		return ret;
 	if (!reused) {
@@ -1265,10 +1242,10 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 	size_t blob_len = sizeof(blob), ctl_len = 0;
 	uint32_t sd = 256, rd = 256;
 	struct tf_wire_msg m;
-	struct tf_wire_cur cur;
+	struct tf_wire_challenge ch;
 	struct tf_session *s;
 	struct tf_conn *c;
-	const uint8_t *ns, *smac = NULL;
+	const uint8_t *smac;
 	uint8_t auth;
 	int fd = -1, ret;
 
@@ -1298,25 +1275,19 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 		ret = tf__wire_recv(fd, &c->rx, node->timeout_ms);
 	if (ret < 0)
 		goto err_conn;
-	tf__wire_cur_init(&cur, &c->rx);
 	if (c->rx.h.op == TF_WIRE_REJECT) {
-		ret = (int)tf__wire_get_u32(&cur);
-		ret = -((cur.bad || ret <= 0 || ret > 4096) ? TF_EWIRE : ret);
+		if (tf__wire_parse_reject(&c->rx, &ret))
+			ret = -TF_EWIRE;
 		tf_log_warn(S, "server refused the session: %s",
 			    tf_strerror(ret));
 		goto err_conn;
 	}
-	ns = tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
-	auth = tf__wire_get_u8(&cur);
-	if (auth)
-		smac = tf__wire_get_bytes(&cur, TF_WIRE_MAC);
-	if (c->rx.h.op != TF_WIRE_CHALLENGE || cur.bad || auth > 1) {
-		tf_log_warn(S, "handshake: malformed CHALLENGE (op %u)",
-			    c->rx.h.op);
-		ret = -TF_EWIRE;
+	ret = tf__wire_parse_challenge(&c->rx, &ch);
+	if (ret)
 		goto err_conn;
-	}
-	memcpy(c->nonce_s, ns, TF_WIRE_NONCE);
+	smac = ch.mac;
+	auth = smac != NULL;
+	memcpy(c->nonce_s, ch.nonce, TF_WIRE_NONCE);
 	/* The server must prove the key before it learns our QP address;
 	 * a server without a key cannot be trusted by a client with one. */
 	if (!!auth != !!node->psk_len) {

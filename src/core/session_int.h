@@ -242,7 +242,8 @@ int tf__session_new(struct tf_node *node, struct tf_conn *c, bool server,
 		    struct tf_session **s_p);
 void tf__session_free_mem(struct tf_session *s);
 int tf__session_send_accept(struct tf_session *s);
-int tf__sess_read_exposures(struct tf_session *s, struct tf_wire_cur *cur);
+int tf__sess_add_exposures(struct tf_session *s,
+			   const struct tf_wire_exposures *x);
 void tf__listener_keep(struct tf_listener *l, struct tf_conn *c);
 void tf__listener_put(struct tf_listener *l);
 void tf__node_keep(struct tf_node *node, struct tf_conn *c);

@@ -334,3 +334,211 @@ bool tf__wire_mac_equal(const uint8_t *a, const uint8_t *b)
 {
 	return CRYPTO_memcmp(a, b, TF_WIRE_MAC) == 0;
 }
+
+/* ----------------------------------------------------------- bodies */
+
+static const char *const op_names[] = {
+	[TF_WIRE_HELLO] = "HELLO",   [TF_WIRE_CHALLENGE] = "CHALLENGE",
+	[TF_WIRE_OPEN] = "OPEN",     [TF_WIRE_ACCEPT] = "ACCEPT",
+	[TF_WIRE_REJECT] = "REJECT", [TF_WIRE_EXPOSE] = "EXPOSE",
+	[TF_WIRE_CLOSE] = "CLOSE",
+};
+
+/* Start parsing @rx as a message of @op; false (logged) if it is not. */
+static bool parse_start(const struct tf_wire_rx *rx, enum tf_wire_op op,
+			struct tf_wire_cur *cur)
+{
+	if (rx->h.op != op) {
+		tf_log_warn("session", "handshake: expected %s, got op %u",
+			    op_names[op], rx->h.op);
+		return false;
+	}
+	tf__wire_cur_init(cur, rx);
+	return true;
+}
+
+int tf__wire_parse_hello(const struct tf_wire_rx *rx, struct tf_wire_hello *m)
+{
+	struct tf_wire_cur cur;
+	const uint8_t *nonce;
+
+	if (!parse_start(rx, TF_WIRE_HELLO, &cur))
+		return -TF_EWIRE;
+	nonce = tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
+	if (!nonce) {
+		tf_log_warn("session",
+			    "handshake: HELLO of %u bytes is truncated",
+			    rx->h.size);
+		return -TF_EWIRE;
+	}
+	m->nonce = nonce;
+	return 0;
+}
+
+int tf__wire_parse_challenge(const struct tf_wire_rx *rx,
+			     struct tf_wire_challenge *m)
+{
+	const uint8_t *nonce, *mac = NULL;
+	struct tf_wire_cur cur;
+	uint8_t auth;
+
+	if (!parse_start(rx, TF_WIRE_CHALLENGE, &cur))
+		return -TF_EWIRE;
+	nonce = tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
+	auth = tf__wire_get_u8(&cur);
+	if (auth)
+		mac = tf__wire_get_bytes(&cur, TF_WIRE_MAC);
+	if (cur.bad || auth > 1) {
+		tf_log_warn(
+			"session",
+			"handshake: malformed CHALLENGE (%u bytes, auth %u)",
+			rx->h.size, auth);
+		return -TF_EWIRE;
+	}
+	m->nonce = nonce;
+	m->mac = mac;
+	return 0;
+}
+
+int tf__wire_parse_open(const struct tf_wire_rx *rx, bool with_mac,
+			struct tf_wire_open *m)
+{
+	const uint8_t *mac = NULL, *blob, *priv, *ctl = NULL;
+	uint16_t blob_len, priv_len, ctl_len = 0;
+	struct tf_wire_cur cur;
+	uint32_t reuse;
+
+	if (!parse_start(rx, TF_WIRE_OPEN, &cur))
+		return -TF_EWIRE;
+	if (with_mac)
+		mac = tf__wire_get_bytes(&cur, TF_WIRE_MAC);
+	reuse = tf__wire_get_u32(&cur);
+	blob_len = tf__wire_get_u16(&cur);
+	blob = tf__wire_get_bytes(&cur, blob_len);
+	priv_len = tf__wire_get_u16(&cur);
+	priv = tf__wire_get_bytes(&cur, priv_len);
+	/* Optional: the client's control QP (a client without one, or of
+	 * an earlier release, sends nothing more). */
+	if (!cur.bad && cur.left) {
+		ctl_len = tf__wire_get_u16(&cur);
+		ctl = tf__wire_get_bytes(&cur, ctl_len);
+	}
+	if (cur.bad || blob_len > TF_QP_ADDR_MAX ||
+	    priv_len > TF_WIRE_MAX_PRIV || ctl_len > TF_QP_ADDR_MAX) {
+		tf_log_warn("session", "handshake: malformed OPEN (%u bytes)",
+			    rx->h.size);
+		return -TF_EWIRE;
+	}
+	m->mac = mac;
+	m->reuse_id = reuse;
+	m->blob = blob;
+	m->blob_len = blob_len;
+	m->priv = priv;
+	m->priv_len = priv_len;
+	m->ctl = ctl;
+	m->ctl_len = ctl_len;
+	return 0;
+}
+
+static void get_exposure(struct tf_wire_cur *cur, tf_exposure_info_t *e)
+{
+	e->addr = tf__wire_get_u64(cur);
+	e->length = tf__wire_get_u64(cur);
+	e->rkey = tf__wire_get_u32(cur);
+	e->rights = tf__wire_get_u32(cur);
+}
+
+/* The exposure list that ends the body at @cur. */
+static int get_exposures(struct tf_wire_cur *cur, struct tf_wire_exposures *x)
+{
+	uint16_t n = tf__wire_get_u16(cur);
+	struct tf_wire_cur check;
+
+	if (cur->bad || n > TF_WIRE_MAX_EXPOSE ||
+	    cur->left != (size_t)n * TF_WIRE_EXPOSURE_SIZE) {
+		tf_log_warn("session",
+			    "peer sent a malformed list of %u exposures "
+			    "(%zu bytes)",
+			    n, cur->left);
+		return -TF_EWIRE;
+	}
+	/* Every entry is checked before any is stored, so that *@x is
+	 * written only on success. */
+	check = *cur;
+	for (unsigned i = 0; i < n; i++) {
+		tf_exposure_info_t e;
+
+		get_exposure(&check, &e);
+		if (!e.length || e.addr + e.length < e.addr || !e.rights ||
+		    (e.rights & ~(uint32_t)TF_WIRE_EXPOSURE_RIGHTS)) {
+			tf_log_warn("session",
+				    "peer sent a bad exposure (len %llu, "
+				    "rights 0x%x)",
+				    (unsigned long long)e.length, e.rights);
+			return -TF_EWIRE;
+		}
+	}
+	for (unsigned i = 0; i < n; i++)
+		get_exposure(cur, &x->e[i]);
+	x->n = n;
+	return 0;
+}
+
+int tf__wire_parse_accept(const struct tf_wire_rx *rx, struct tf_wire_accept *m)
+{
+	struct tf_wire_cur cur;
+	const uint8_t *blob, *ctl;
+	uint16_t blob_len, ctl_len;
+	uint32_t id;
+	int ret;
+
+	if (!parse_start(rx, TF_WIRE_ACCEPT, &cur))
+		return -TF_EWIRE;
+	id = tf__wire_get_u32(&cur);
+	blob_len = tf__wire_get_u16(&cur);
+	blob = tf__wire_get_bytes(&cur, blob_len);
+	ctl_len = tf__wire_get_u16(&cur);
+	ctl = tf__wire_get_bytes(&cur, ctl_len);
+	if (cur.bad || blob_len > TF_QP_ADDR_MAX || ctl_len > TF_QP_ADDR_MAX) {
+		tf_log_warn("session", "handshake: malformed ACCEPT (%u bytes)",
+			    rx->h.size);
+		return -TF_EWIRE;
+	}
+	ret = get_exposures(&cur, &m->exps);
+	if (ret)
+		return ret;
+	m->conn_id = id;
+	m->blob = blob;
+	m->blob_len = blob_len;
+	m->ctl = ctl;
+	m->ctl_len = ctl_len;
+	return 0;
+}
+
+int tf__wire_parse_reject(const struct tf_wire_rx *rx, int *err_p)
+{
+	struct tf_wire_cur cur;
+	uint32_t err;
+
+	if (!parse_start(rx, TF_WIRE_REJECT, &cur))
+		return -TF_EWIRE;
+	/* errno values and the library's own codes are all below 4096. */
+	err = tf__wire_get_u32(&cur);
+	if (cur.bad || !err || err > 4096) {
+		tf_log_debug("session", "malformed REJECT (%u bytes, error %u)",
+			     rx->h.size, err);
+		return -TF_EWIRE;
+	}
+	*err_p = -(int)err;
+	return 0;
+}
+
+int tf__wire_parse_expose(const struct tf_wire_rx *rx,
+			  struct tf_wire_exposures *m)
+{
+	struct tf_wire_cur cur;
+
+	if (!parse_start(rx, TF_WIRE_EXPOSE, &cur))
+		return -TF_EWIRE;
+	return get_exposures(&cur, m);
+}

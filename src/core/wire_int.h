@@ -55,6 +55,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <tollfree/session.h>
+
 #define TF_WIRE_MAGIC	 0x54465353u /* "TFSS" */
 #define TF_WIRE_VERSION	 1
 #define TF_WIRE_HDR_SIZE 16
@@ -153,5 +155,72 @@ int tf__wire_mac(const void *key, size_t key_len, const char *label,
 		 const uint8_t *a, const uint8_t *b, uint8_t out[TF_WIRE_MAC]);
 /* Constant-time comparison of two MACs; true if equal. */
 bool tf__wire_mac_equal(const uint8_t *a, const uint8_t *b);
+
+/*
+ * Parsers of the message bodies.  They are pure functions of a message as
+ * tf__wire_rx_step handed it over, shared by the session code and the
+ * fuzzer (fuzz/fuzz_wire.c), so that what is fuzzed is what runs.  Each
+ * checks the op, every length and count against the body and the bounds
+ * above, and every field the format constrains; it logs what is wrong and
+ * returns -TF_EWIRE, or returns 0 and fills *@m (written only on success).
+ * Pointers in *@m point into rx->body: valid until @rx is reset.  Checks
+ * that need the connection's state (MACs, connection ids, room for more
+ * exposures) are the caller's.  Bytes after the last field are ignored,
+ * except after an exposure list, which must end the body.
+ */
+
+/* Rights an exposure may grant the peer. */
+#define TF_WIRE_EXPOSURE_RIGHTS                           \
+	(TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE | \
+	 TF_ACCESS_REMOTE_ATOMIC)
+
+struct tf_wire_hello {
+	const uint8_t *nonce; /* TF_WIRE_NONCE bytes */
+};
+
+struct tf_wire_challenge {
+	const uint8_t *nonce; /* TF_WIRE_NONCE bytes */
+	const uint8_t *mac;   /* TF_WIRE_MAC bytes; NULL: server has no key */
+};
+
+struct tf_wire_open {
+	const uint8_t *mac; /* TF_WIRE_MAC bytes if asked for, else NULL */
+	uint32_t reuse_id;
+	const uint8_t *blob; /* blob_len <= TF_QP_ADDR_MAX */
+	const uint8_t *priv; /* priv_len <= TF_WIRE_MAX_PRIV */
+	/* The client's control QP: ctl_len <= TF_QP_ADDR_MAX, 0 if absent */
+	const uint8_t *ctl;
+	uint16_t blob_len, priv_len, ctl_len;
+};
+
+/* An exposure list: non-empty ranges that do not wrap, with rights that
+ * are a non-empty subset of TF_WIRE_EXPOSURE_RIGHTS. */
+struct tf_wire_exposures {
+	unsigned n; /* <= TF_WIRE_MAX_EXPOSE */
+	tf_exposure_info_t e[TF_WIRE_MAX_EXPOSE];
+};
+
+struct tf_wire_accept {
+	uint32_t conn_id;
+	const uint8_t *blob; /* blob_len <= TF_QP_ADDR_MAX */
+	const uint8_t *ctl;  /* ctl_len <= TF_QP_ADDR_MAX, 0: none */
+	uint16_t blob_len, ctl_len;
+	struct tf_wire_exposures exps;
+};
+
+int tf__wire_parse_hello(const struct tf_wire_rx *rx, struct tf_wire_hello *m);
+int tf__wire_parse_challenge(const struct tf_wire_rx *rx,
+			     struct tf_wire_challenge *m);
+/* @with_mac: the OPEN must carry a MAC (the server has a key and the
+ * connection is new). */
+int tf__wire_parse_open(const struct tf_wire_rx *rx, bool with_mac,
+			struct tf_wire_open *m);
+int tf__wire_parse_accept(const struct tf_wire_rx *rx,
+			  struct tf_wire_accept *m);
+/* *@err_p: the error the peer reports, negative (-4096..-1).  A malformed
+ * REJECT is logged at debug level only: the caller reports the refusal. */
+int tf__wire_parse_reject(const struct tf_wire_rx *rx, int *err_p);
+int tf__wire_parse_expose(const struct tf_wire_rx *rx,
+			  struct tf_wire_exposures *m);
 
 #endif /* TOLLFREE_WIRE_INT_H */

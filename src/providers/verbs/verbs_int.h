@@ -5,8 +5,10 @@
  * Split of responsibilities (files):
  *   verbs.c     probe, device list, context (port/GID/MTU selection),
  *               capabilities, mem_alloc, PD, MR, MW
- *   verbs_qp.c  CQs, RC QPs, the address blob, WR translation, posting,
- *               completion translation
+ *   verbs_qp.c  CQs, RC QPs, WR translation, posting, completion
+ *               translation
+ *   verbs_blob.c the QP address blob (no libibverbs: unit tested and
+ *               fuzzed on any host)
  *
  * Work-request bookkeeping.  The core's WC carries information verbs does
  * not report for every completion: the opcode of a failed WR (undefined in
@@ -28,20 +30,12 @@
 #include <stdint.h>
 
 #include "provider.h"
+#include "verbs_blob.h"
 
 #define VERBS_SUBSYS "verbs"
 
 /* The vendor id rdma_rxe reports (RXE_VENDOR_ID). */
 #define VERBS_RXE_VENDOR_ID 0xffffffu
-
-/* Address blob (tf_qp_get_addr); every field in big-endian order. */
-#define VERBS_ADDR_MAGIC   0x54465642u /* "TFVB" */
-#define VERBS_ADDR_VERSION 1
-#define VERBS_ADDR_LEN	   40
-
-/* Link-layer codes carried in the blob. */
-#define VERBS_LL_IB  1
-#define VERBS_LL_ETH 2
 
 /* Layout of the verbs wr_id: [63] receive queue, [62:48] generation of the
  * QP, [47:0] low bits of the ring sequence number. */

@@ -697,100 +697,24 @@ int tf_verbs_qp_destroy(struct tf_qp *bqp)
 
 /* ---------------------------------------------------------------- blob */
 
-static void put16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)(v >> 8);
-	p[1] = (uint8_t)v;
-}
+/* The blob carries the IB MTU code, which is enum ibv_mtu. */
+_Static_assert(IBV_MTU_256 == VERBS_MTU_MIN && IBV_MTU_4096 == VERBS_MTU_MAX &&
+		       IBV_MTU_4096 - IBV_MTU_256 == 4,
+	       "enum ibv_mtu must be the IB MTU codes 1..5");
 
-static void put32(uint8_t *p, uint32_t v)
-{
-	put16(p, (uint16_t)(v >> 16));
-	put16(p + 2, (uint16_t)v);
-}
-
-static uint16_t get16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	return (uint32_t)get16(p) << 16 | get16(p + 2);
-}
-
-/*
- * Blob layout (VERBS_ADDR_LEN bytes, big-endian):
- *    0 magic "TFVB"   4 version   5 link layer   6 length (u16)
- *    8 QPN            12 PSN      16 GID (16 bytes)
- *   32 LID (u16)      34 MTU in bytes (u16)       36 port   37 zero[3]
- * The magic comes first so that a blob of another provider is told apart
- * (-TF_EPEER) before its version is looked at.
- */
 int tf_verbs_qp_get_addr(struct tf_qp *bqp, void *buf, size_t *len_p)
 {
 	struct verbs_qp *qp = VERBS_QP(bqp);
 	struct verbs_ctx *c = qp->ctx;
-	uint8_t *p = buf;
+	struct verbs_addr a = {.qpn = qp->base.qpn,
+			       .psn = qp->psn,
+			       .lid = c->pattr.lid,
+			       .mtu = (uint8_t)c->mtu,
+			       .link_layer = c->link_layer,
+			       .port = c->port};
 
-	if (*len_p < VERBS_ADDR_LEN)
-		return -ENOSPC;
-	memset(p, 0, VERBS_ADDR_LEN);
-	put32(p, VERBS_ADDR_MAGIC);
-	p[4] = VERBS_ADDR_VERSION;
-	p[5] = c->link_layer;
-	put16(p + 6, VERBS_ADDR_LEN);
-	put32(p + 8, qp->base.qpn);
-	put32(p + 12, qp->psn);
-	memcpy(p + 16, c->gid.raw, 16);
-	put16(p + 32, c->pattr.lid);
-	put16(p + 34, (uint16_t)(128 << c->mtu));
-	p[36] = c->port;
-	*len_p = VERBS_ADDR_LEN;
-	return 0;
-}
-
-struct verbs_peer {
-	uint32_t qpn, psn;
-	union ibv_gid gid;
-	uint16_t lid;
-	enum ibv_mtu mtu;
-};
-
-static int decode_addr(const struct verbs_ctx *c, const uint8_t *p, size_t len,
-		       struct verbs_peer *peer)
-{
-	static const uint8_t zero[16];
-	uint16_t mtu_bytes;
-
-	if (len < 8)
-		return -TF_EWIRE;
-	if (get32(p) != VERBS_ADDR_MAGIC)
-		return -TF_EPEER;
-	if (p[4] != VERBS_ADDR_VERSION)
-		return -TF_EVERSION;
-	if (get16(p + 6) != VERBS_ADDR_LEN || len != VERBS_ADDR_LEN)
-		return -TF_EWIRE;
-	if (p[5] != VERBS_LL_IB && p[5] != VERBS_LL_ETH)
-		return -TF_EWIRE;
-	peer->qpn = get32(p + 8);
-	peer->psn = get32(p + 12);
-	memcpy(peer->gid.raw, p + 16, 16);
-	peer->lid = get16(p + 32);
-	mtu_bytes = get16(p + 34);
-	if (peer->qpn > 0xffffff || peer->qpn < 2 || peer->psn > 0xffffff ||
-	    !p[36] || p[37] || p[38] || p[39])
-		return -TF_EWIRE;
-	if (tf_verbs_mtu_from_bytes(mtu_bytes, &peer->mtu))
-		return -TF_EWIRE;
-	/* Reachability: the same link layer, and something to route to. */
-	if (p[5] != c->link_layer)
-		return -TF_EPEER;
-	if (c->link_layer == VERBS_LL_ETH && !memcmp(peer->gid.raw, zero, 16))
-		return -TF_EPEER;
-	if (c->link_layer == VERBS_LL_IB && !peer->lid)
-		return -TF_EPEER;
-	return 0;
+	memcpy(a.gid, c->gid.raw, 16);
+	return tf_verbs_addr_encode(&a, buf, len_p);
 }
 
 int tf_verbs_qp_connect(struct tf_qp *bqp, const void *addr, size_t len)
@@ -798,7 +722,7 @@ int tf_verbs_qp_connect(struct tf_qp *bqp, const void *addr, size_t len)
 	struct verbs_qp *qp = VERBS_QP(bqp);
 	struct verbs_ctx *c = qp->ctx;
 	const struct ibv_device_attr *da = &c->dattr.orig_attr;
-	struct verbs_peer peer;
+	struct verbs_addr peer;
 	struct ibv_qp_attr a;
 	int ret;
 
@@ -806,16 +730,16 @@ int tf_verbs_qp_connect(struct tf_qp *bqp, const void *addr, size_t len)
 		return -EISCONN;
 	if (qp->base.state != TF_QPS_INIT)
 		return -EINVAL;
-	ret = decode_addr(c, addr, len, &peer);
-	if (ret) {
-		tf_log_debug(VERBS_SUBSYS, "qp %u: peer address rejected: %s",
-			     qp->base.qpn, tf_strerror(ret));
+	/* Both log which field is wrong. */
+	ret = tf_verbs_addr_decode(addr, len, &peer);
+	if (!ret)
+		ret = tf_verbs_addr_reachable(&peer, c->link_layer);
+	if (ret)
 		return ret;
-	}
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = peer.mtu < c->mtu ? peer.mtu : c->mtu;
+	a.path_mtu = peer.mtu < c->mtu ? (enum ibv_mtu)peer.mtu : c->mtu;
 	a.dest_qp_num = peer.qpn;
 	a.rq_psn = peer.psn;
 	a.max_dest_rd_atomic =
@@ -827,7 +751,7 @@ int tf_verbs_qp_connect(struct tf_qp *bqp, const void *addr, size_t len)
 	a.ah_attr.dlid = peer.lid;
 	if (c->link_layer == VERBS_LL_ETH) {
 		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = peer.gid;
+		memcpy(a.ah_attr.grh.dgid.raw, peer.gid, 16);
 		a.ah_attr.grh.sgid_index = (uint8_t)c->gid_index;
 		a.ah_attr.grh.hop_limit = 64;
 	}

@@ -205,11 +205,6 @@ int main(void)
 	tf_node_t *node;
 	int n;
 
-	/* The soft provider scans its whole key table when a QP is
-	 * destroyed, and every attempt destroys one: a smaller table keeps
-	 * 10,000 attempts within the time limit.  It does not change what is
-	 * tested (keys stay random within the table). */
-	setenv("TOLLFREE_SOFT_MAX_MR", "4096", 0);
 	tf_test_begin("conf_session_revoke");
 	tf_test_pair_open(&p);
 	n = attempts(&p);

@@ -236,6 +236,9 @@ struct soft_mw {
 	uint32_t slot;	    /* TPT slot while bound */
 	struct soft_mr *mr; /* region it is bound over */
 	struct soft_qp *qp; /* QP it is bound to */
+	/* The windows bound to one QP, so that destroying the QP unbinds
+	 * them without a walk of the whole TPT.  ctx->lock. */
+	struct soft_mw *qp_next, *qp_prev;
 };
 
 /* A completion queue: a ring the engine writes under the CQ lock and the
@@ -315,6 +318,7 @@ struct soft_peer_addr {
 struct soft_qp {
 	struct tf_qp base;
 	struct soft_ctx *ctx;
+	struct soft_mw *bound_mws; /* windows bound to this QP; ctx->lock */
 	/* Queues and state; the user's posts vs. progress.  A spinlock:
 	 * uncontended it costs one atomic exchange, the release a store. */
 	_Atomic int lock;

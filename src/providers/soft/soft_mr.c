@@ -693,6 +693,13 @@ static void mw_unbind(struct soft_ctx *ctx, struct soft_mw *mw)
 	tpt_revoke(ctx, mw->slot);
 	tpt_free(ctx, mw->slot);
 	atomic_fetch_sub(&mw->mr->mw_bound, 1);
+	if (mw->qp_prev)
+		mw->qp_prev->qp_next = mw->qp_next;
+	else
+		mw->qp->bound_mws = mw->qp_next;
+	if (mw->qp_next)
+		mw->qp_next->qp_prev = mw->qp_prev;
+	mw->qp_next = mw->qp_prev = NULL;
 	mw->bound = false;
 	mw->mr = NULL;
 	mw->qp = NULL;
@@ -800,6 +807,11 @@ enum tf_wc_status soft_mw_bind(struct soft_qp *qp, struct soft_swqe *wqe)
 	mw->slot = slot;
 	mw->mr = mr;
 	mw->qp = qp;
+	mw->qp_prev = NULL;
+	mw->qp_next = qp->bound_mws;
+	if (qp->bound_mws)
+		qp->bound_mws->qp_prev = mw;
+	qp->bound_mws = mw;
 	atomic_fetch_add(&mr->mw_bound, 1);
 	pthread_mutex_unlock(&ctx->lock);
 	TF_STAT_ADD(&ctx->base, mw_bind, 1);
@@ -860,16 +872,8 @@ void soft_mw_unbind_qp(struct soft_qp *qp)
 	struct soft_ctx *ctx = qp->ctx;
 
 	pthread_mutex_lock(&ctx->lock);
-	for (uint32_t i = 0; i <= ctx->tpt_mask; i++) {
-		struct soft_tpt_entry *s = &ctx->tpt->slots[i];
-		struct soft_mw *mw;
-
-		if (s->type != SOFT_TPT_MW)
-			continue;
-		mw = ctx->slot_owner[i];
-		if (mw && mw->bound && mw->qp == qp)
-			mw_unbind(ctx, mw);
-	}
+	while (qp->bound_mws)
+		mw_unbind(ctx, qp->bound_mws);
 	pthread_mutex_unlock(&ctx->lock);
 }
 

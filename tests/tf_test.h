@@ -91,9 +91,27 @@ void tf_test_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * fails the test if any were logged that the test did not expect. */
 void tf_test_begin(const char *name);
 void tf_test_expect_log(int n_warn_or_err);
-/* Tolerant mode: while on, warnings and errors are printed but not
- * counted (for tests that provoke errors whose number is not fixed). */
+/*
+ * Tolerant mode: while on, warnings and errors are printed (marked
+ * "tolerated") but not counted.  It is for the steps of a test that
+ * provoke errors whose number is not fixed: turn it on where the fault is
+ * provoked and off once its consequences are over, never for a whole
+ * test, so that an error logged anywhere else still fails it.  The mode
+ * may be switched while library threads log.
+ */
 void tf_test_tolerate_log(bool on);
+bool tf_test_tolerating(void);
+/* Evaluate @_expr, an int-valued call provoked to fail, in tolerant mode,
+ * then restore the mode it was in. */
+#define TOLERATED(_expr)                         \
+	({                                       \
+		bool _tw = tf_test_tolerating(); \
+		int _tv;                         \
+		tf_test_tolerate_log(true);      \
+		_tv = (_expr);                   \
+		tf_test_tolerate_log(_tw);       \
+		_tv;                             \
+	})
 int tf_test_end(void);
 
 /* Locked memory of this process (VmLck, bytes), -1 if unknown. */

@@ -101,6 +101,18 @@ void tf_test_partial_skip(const char *fmt, ...)
 			"partial skip not allowed (TOLLFREE_TEST_STRICT=1)");
 }
 
+void tf_test_partial_skip_host(const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("%s: not tried (host): ", full_name);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+	fflush(stdout);
+}
+
 void tf_test_skip(const char *fmt, ...)
 {
 	va_list ap;

@@ -11,7 +11,9 @@
 #
 # It prints, per transport, sessions per second, failures, and the
 # server's resource deltas (fds, threads, pinned bytes, RSS); it fails if
-# any session is unaccounted for or a resource did not come back.
+# any session failed or is unaccounted for, if either side logged a
+# warning or error, or if a resource did not come back (the rule is the
+# test's own, tests/soak_sessions.c, whatever the duration).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-600}

@@ -21,7 +21,7 @@ jobs=$(nproc)
 
 scripts/deps.sh test || exit 1
 
-passed=0 failed=0 skipped=0
+passed=0 failed=0 skipped=0 not_tried=0
 failures=()
 
 # run_ctest NAME BUILD_DIR [ctest args]: run, and add its counts.
@@ -46,6 +46,17 @@ run_ctest() {
 	failed=$((failed + fail))
 	skipped=$((skipped + skip))
 	((fail == 0)) || failures+=("$name: $fail failed")
+	# A test that passed with a part of it not tried (tf_test_partial_skip
+	# and tf_test_partial_skip_host print "NAME: not tried[ (host)]: ")
+	# counts as passed in CTest; list those parts and count them, so that
+	# the tally says what was not tested.
+	local nt re='^[^ ]+: not tried( \(host\))?: '
+	nt=$(grep -cE "$re" "$dir/Testing/Temporary/LastTest.log" 2>/dev/null)
+	if ((${nt:-0} > 0)); then
+		echo "[$name] parts of tests not tried:"
+		grep -E "$re" "$dir/Testing/Temporary/LastTest.log" | sort | uniq -c
+	fi
+	not_tried=$((not_tried + ${nt:-0}))
 }
 
 # build NAME DIR [cmake args]
@@ -114,32 +125,58 @@ stage() {
 		failed=$((failed + 1)); failures+=("$name: $* failed")
 	fi
 }
+
+# add_counts NAME LOG RC: add the "NAME: P passed, F failed, S skipped"
+# line that a harness printed last in LOG to the tally, so that what it
+# skipped counts as skipped and not as one passed stage.  A non-zero exit
+# RC (other than 77, all skipped) with no failure in its counts is one
+# failure more (the harness itself broke); so is a harness that exits 0
+# without the line, since nothing says what it tested.
+add_counts() {
+	local name=$1 log=$2 rc=$3 line p=0 f=0 s=0
+	line=$(grep -E "^$name: [0-9]+ passed, [0-9]+ failed" "$log" | tail -1)
+	if [ -n "$line" ]; then
+		p=$(sed -E "s/^$name: ([0-9]+) passed.*/\1/" <<<"$line")
+		f=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")
+		s=$(sed -nE 's/.* ([0-9]+) skipped.*/\1/p' <<<"$line")
+		s=${s:-0}
+		passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+		((f == 0)) || failures+=("$name: $f failed")
+	fi
+	if [ -z "$line" ] && ((rc == 0)); then
+		failed=$((failed + 1)); failures+=("$name: exit 0 without a summary line")
+	elif ((rc != 0 && rc != 77)); then
+		((f > 0)) || { failed=$((failed + 1)); failures+=("$name: exit $rc"); }
+	elif ((rc == 77)) && [ -z "$line" ]; then
+		skipped=$((skipped + 1))
+	fi
+}
+
+# counted NAME CMD...: run a harness that prints its own counts.
+counted() {
+	local name=$1 rc
+	shift
+	echo "=== [$name] $*"
+	"$@" 2>&1 | tee "build-ci/$name.log"
+	rc=${PIPESTATUS[0]}
+	add_counts "$name" "build-ci/$name.log" "$rc"
+}
+
 # cppcheck and clang-tidy with the checked-in configuration; libFuzzer
 # targets for every parser of untrusted input (FUZZ_SECONDS each, 60 by
-# default); valgrind memcheck on a subset of the release build's tests.
+# default; one count per target); valgrind memcheck on a subset of the
+# release build's tests (one count per test).
 stage lint scripts/lint.sh
-stage fuzz scripts/fuzz.sh
-stage valgrind scripts/valgrind.sh build-ci/release
+counted fuzz scripts/fuzz.sh
+counted valgrind scripts/valgrind.sh build-ci/release
 
 if [ "${TOLLFREE_TEST_NO_VM:-0}" = 1 ]; then
 	echo "=== [vm] skipped: TOLLFREE_TEST_NO_VM=1"
 	skipped=$((skipped + 1))
 elif [ -x tests/vm/run.sh ]; then
-	echo "=== [vm] conformance suite on rdma_rxe in qemu"
-	tests/vm/run.sh build-ci/release 2>&1 | tee build-ci/vm.log
-	vm_rc=${PIPESTATUS[0]}
-	# The harness ends with its own "N passed, N failed, N skipped" line.
-	line=$(grep -E '^vm: [0-9]+ passed, [0-9]+ failed' build-ci/vm.log | tail -1)
-	if [ -n "$line" ]; then
-		p=$(sed -E 's/^vm: ([0-9]+) passed.*/\1/' <<<"$line")
-		f=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")
-		s=$(sed -nE 's/.* ([0-9]+) skipped.*/\1/p' <<<"$line")
-		passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + ${s:-0}))
-	fi
-	if ((vm_rc != 0)); then
-		failures+=("vm: harness exit $vm_rc")
-		[ -n "$line" ] && ((f > 0)) || failed=$((failed + 1))
-	fi
+	# The harness ends with its own "vm: N passed, N failed, N skipped"
+	# line.
+	counted vm tests/vm/run.sh build-ci/release
 else
 	echo "=== [vm] tests/vm/run.sh missing"
 	failed=$((failed + 1)); failures+=("vm: harness missing")
@@ -150,5 +187,6 @@ if ((${#failures[@]})); then
 	echo "Failures:"
 	printf '  %s\n' "${failures[@]}"
 fi
-echo "$passed passed, $failed failed, $skipped skipped"
+echo "$passed passed, $failed failed, $skipped skipped," \
+	"$not_tried parts of passed tests not tried"
 ((failed == 0 && ${#failures[@]} == 0))

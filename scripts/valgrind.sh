@@ -10,7 +10,10 @@
 # --leak-check=full --errors-for-leak-kinds=definite
 # --error-exitcode=100 (100 rather than 1, so that a memcheck error is told
 # apart from the test's own failure): a memcheck error or a definite leak
-# fails it, as does the test failing; exit 77 counts as a skip.
+# fails it, as does the test failing; exit 77 counts as a skip.  The last
+# line is "valgrind: P passed, F failed, S skipped", one count per test
+# (scripts/test.sh adds these to its tally).  Exit status: 1 if a test
+# failed, 77 if every test skipped (nothing was checked), else 0.
 # scripts/valgrind.supp holds the suppressions, each with its reason.
 #
 # The default list: tests valgrind can follow.  Left out: the shm
@@ -68,7 +71,14 @@ for t in "${tests[@]}"; do
 	summary=$(grep -h 'ERROR SUMMARY' "$logdir/$t".*.log 2>/dev/null |
 		  sed 's/^==[0-9]*== //' | head -1)
 	case $rc in
-	0) results+=("$t: ok (${summary:-no summary})"); passed=$((passed + 1)) ;;
+	# Exit 0 without memcheck's summary means memcheck never looked at
+	# the test: that is no pass.
+	0) if [ -n "$summary" ]; then
+		results+=("$t: ok ($summary)"); passed=$((passed + 1))
+	   else
+		results+=("$t: FAILED (exit 0 but no memcheck summary in $logdir/$t.*.log)")
+		failed=$((failed + 1))
+	   fi ;;
 	77) results+=("$t: skipped ($(tail -n 1 "$logdir/$t.out"))")
 	    skipped=$((skipped + 1)) ;;
 	100) results+=("$t: MEMCHECK ERRORS (${summary}); see $logdir/$t.*.log")
@@ -86,4 +96,6 @@ echo
 echo "=== [valgrind] summary"
 printf '  %s\n' "${results[@]}"
 echo "valgrind: $passed passed, $failed failed, $skipped skipped"
-((failed == 0))
+((failed == 0)) || exit 1
+((passed > 0)) || exit 77
+exit 0

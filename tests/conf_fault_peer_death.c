@@ -159,6 +159,8 @@ static int peer_main(char **argv)
 	int nfd = atoi(argv[5]);
 
 	tf_test_begin("conf_fault_peer_death.victim");
+	/* A victim is killed or aborts: its log is printed for the reader,
+	 * never judged (it does not reach tf_test_end). */
 	tf_test_tolerate_log(true);
 	CHECK_OK(tf_context_open(NULL, &ctx));
 	node = make_node(ctx);
@@ -245,6 +247,23 @@ static void check_clean(struct surv *v, const char *phase)
 	       (unsigned long long)b.pinned, (unsigned long long)v->b0.pinned);
 }
 
+/*
+ * The victim dies (or is about to, in a child that kills it): from here
+ * the survivor's errors are expected, until end_phase() found it clean
+ * again.  Before the fault, and in the clean phase, nothing may be logged.
+ */
+static void fault_begin(void)
+{
+	tf_test_tolerate_log(true);
+}
+
+static void end_phase(struct surv *v, const char *phase)
+{
+	CHECKF(tf_test_tolerating(), "%s: no fault was provoked", phase);
+	check_clean(v, phase);
+	tf_test_tolerate_log(false);
+}
+
 /* Serve @s until it is broken or closed by the peer, within the bound. */
 static int serve_bounded(tf_session_t *s, const char *phase)
 {
@@ -329,6 +348,7 @@ static void phase_hello(struct surv *v)
 	wait_ready(rfd, "hello");
 	/* Let the listener see the half-sent header, then kill. */
 	CHECK(tf_listener_accept(v->l, NULL, 100, &s) == -EAGAIN);
+	fault_begin();
 	ft_reap(pid, SIGKILL);
 	t0 = ft_now_ms();
 	ret = tf_listener_accept(v->l, NULL, 3 * TMO_MS, &s);
@@ -349,6 +369,7 @@ static void phase_deferred(struct surv *v)
 	wait_ready(rfd, "deferred");
 	CHECK_OK(tf_session_rent(s, LEN, &b, NULL));
 	CHECK_OK(tf_session_expose(s, b, 0, LEN, TF_ACCESS_REMOTE_READ, &x));
+	fault_begin();
 	ft_reap(pid, SIGKILL);
 	/* The ACCEPT may still fit in the socket buffer; either way the
 	 * session must end up broken. */
@@ -369,6 +390,8 @@ static void phase_exposed(struct surv *v, const char *phase)
 	tf_node_stats_t ns;
 
 	wait_ready(rfd, phase);
+	/* The "reset" victim aborts its connection on its own once ready. */
+	fault_begin();
 	CHECK_OK(tf_node_query_stats(v->node, &ns));
 	CHECKF(ns.windows_live + ns.expose_mr_fallback -
 			       v->b0.st.expose_mr_fallback >=
@@ -407,6 +430,7 @@ static void phase_closing(struct surv *v)
 	pid = ft_spawn("closing", port, "0", &rfd);
 	s = accept_exposed(&v2);
 	wait_ready(rfd, "closing");
+	fault_begin();
 	killer = fork();
 	CHECK(killer >= 0);
 	if (killer == 0) {
@@ -461,6 +485,7 @@ static void phase_srvhello(struct surv *v)
 	pid = ft_spawn("srvhello", "0", "0", &rfd);
 	CHECK(ft_recv(rfd, &port, 4 * tf_test_timeout_ms()));
 	CHECK_OK(tf_node_create(v->ctx, &np, &node));
+	fault_begin();
 	killer = fork();
 	CHECK(killer >= 0);
 	if (killer == 0) {
@@ -511,6 +536,7 @@ static void phase_transfer(struct surv *v)
 				posted++;
 		}
 		if (posted >= 64 && !t0) {
+			fault_begin();
 			ft_reap(pid, SIGKILL);
 			t0 = ft_now_ms();
 		}
@@ -544,7 +570,6 @@ int main(int argc, char **argv)
 	if (argc == 6 && !strcmp(argv[1], "peer"))
 		return peer_main(argv);
 	tf_test_begin("conf_fault_peer_death");
-	tf_test_tolerate_log(true);
 	signal(SIGPIPE, SIG_IGN);
 	v.user = aligned_alloc(4096, LEN);
 	CHECK(v.user);
@@ -558,21 +583,21 @@ int main(int argc, char **argv)
 	check_clean(&v, "clean");
 
 	phase_hello(&v);
-	check_clean(&v, "hello");
+	end_phase(&v, "hello");
 	phase_deferred(&v);
-	check_clean(&v, "deferred");
+	end_phase(&v, "deferred");
 	phase_exposed(&v, "exposed");
-	check_clean(&v, "exposed");
+	end_phase(&v, "exposed");
 	phase_exposed(&v, "peerclose");
-	check_clean(&v, "peerclose");
+	end_phase(&v, "peerclose");
 	phase_exposed(&v, "reset");
-	check_clean(&v, "reset");
+	end_phase(&v, "reset");
 	phase_closing(&v);
-	check_clean(&v, "closing");
+	end_phase(&v, "closing");
 	phase_srvhello(&v);
-	check_clean(&v, "srvhello");
+	end_phase(&v, "srvhello");
 	phase_transfer(&v);
-	check_clean(&v, "transfer");
+	end_phase(&v, "transfer");
 
 	CHECK_OK(tf_node_query_stats(v.node, &ns));
 	tf_test_info("sessions opened %llu closed %llu, qp broken %llu",
@@ -584,6 +609,5 @@ int main(int argc, char **argv)
 	tf_node_destroy(v.node);
 	tf_context_close(v.ctx);
 	free(v.user);
-	tf_test_tolerate_log(false);
 	return tf_test_end();
 }

@@ -9,9 +9,16 @@
  * written and closes.
  *
  * Afterwards every session is accounted for: each client reports how many
- * sessions it completed and how many failed (with the first errors
+ * sessions it started, completed and failed (with the first errors
  * printed), the server counts per client what it completed, and the two
- * must agree; no session may be lost or incomplete.  The server's resources
+ * must agree; every session the server accepted ended as completed, failed
+ * or incomplete.  None may fail: on loopback a session has no reason to,
+ * so one failed or incomplete session, or one warning or error logged on
+ * either side, fails the test (a slow machine gets time: the library's
+ * timeouts are seconds, sessions take milliseconds).  The one failure that
+ * is not a session's is a server-side session that broke because the
+ * client's OPEN failed on a kept connection: the client's library retries
+ * it over a new connection, and the retry must complete.  The server's resources
  * must be back to where they were: file descriptors, threads, windows,
  * rented slices and pinned bytes exactly (pinned bytes net of the pool's
  * chunks, which the pool keeps by design and which are reported), RSS
@@ -192,7 +199,6 @@ static int client_main(char **argv)
 	char *comma;
 
 	tf_test_begin("soak_sessions.client");
-	tf_test_tolerate_log(true);
 	c.id = (uint32_t)atoi(argv[2]);
 	c.port = (uint16_t)atoi(argv[3]);
 	nthreads = (int)strtol(argv[4], &comma, 10);
@@ -209,7 +215,9 @@ static int client_main(char **argv)
 	ft_send(nfd, atomic_load(&c.seq));
 	ft_send(nfd, atomic_load(&c.ok));
 	ft_send(nfd, atomic_load(&c.failed));
-	return 0;
+	/* A warning or error logged here fails the client, which the server
+	 * reports through its exit status. */
+	return tf_test_end();
 }
 
 /* ------------------------------------------------------------ server */
@@ -405,8 +413,12 @@ static void run(struct server *v, int ms, int nclients, int nthreads,
 	for (int i = 0; i < nclients; i++) {
 		int st = ft_reap(pid[i], 0);
 
-		CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0 && nrep[i] == 3,
-		       "client %d died (status 0x%x) without a report", i, st);
+		CHECKF(nrep[i] == 3,
+		       "client %d died (status 0x%x) without "
+		       "a report",
+		       i, st);
+		CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		       "client %d failed (status 0x%x; see its output)", i, st);
 		close(rfd[i]);
 		t->attempts += rep[i][0];
 		t->ok += rep[i][1];
@@ -443,7 +455,6 @@ int main(int argc, char **argv)
 	CHECK(secs > 0 && nclients > 0 && nclients <= MAX_CLIENTS &&
 	      nthreads > 0 && nthreads <= 64);
 	tf_test_begin("soak_sessions");
-	tf_test_tolerate_log(true);
 	signal(SIGPIPE, SIG_IGN);
 	CHECK_OK(tf_context_open(NULL, &v.ctx));
 	CHECK_OK(tf_node_create(v.ctx, NULL, &v.node));
@@ -504,21 +515,27 @@ int main(int argc, char **argv)
 	       rss_mid / 1024, (long long)(r1.mem_chunks - r0.mem_chunks));
 	fflush(stdout);
 
-	/* Every session the server saw end badly was a failure the client
-	 * reported; sessions that failed before the server accepted them
-	 * are only counted by the client. */
-	CHECKF(v.completed == ok &&
-		       v.failed - v.retried + v.incomplete <= cfailed,
-	       "server: %llu completed, %llu failed (%llu retried), %llu "
-	       "incomplete; clients: %llu ok, %llu failed",
-	       (unsigned long long)v.completed, (unsigned long long)v.failed,
-	       (unsigned long long)v.retried, (unsigned long long)v.incomplete,
-	       (unsigned long long)ok, (unsigned long long)cfailed);
+	/* No session is lost: every one the server accepted ended one way,
+	 * and the clients' completions are the server's. */
+	CHECKF(v.accepted == v.completed + v.failed + v.incomplete,
+	       "server: %llu accepted, %llu completed + %llu failed + %llu "
+	       "incomplete",
+	       (unsigned long long)v.accepted, (unsigned long long)v.completed,
+	       (unsigned long long)v.failed, (unsigned long long)v.incomplete);
+	CHECKF(v.completed == ok, "server: %llu completed; clients: %llu ok",
+	       (unsigned long long)v.completed, (unsigned long long)ok);
 	CHECKF(ok > 0, "no session completed");
-	/* Loopback sessions have no reason to fail; a few timeouts on a
-	 * starved machine are tolerated (reported above), more are not. */
-	CHECKF(cfailed * 100 <= attempts, "%llu of %llu sessions failed",
+	/* None fails: a client failure (its first errors are printed
+	 * above), a session the client left without writing, or one that
+	 * broke on the server and was not completed by the client's retry. */
+	CHECKF(cfailed == 0 && attempts == ok,
+	       "%llu of %llu sessions failed on the clients",
 	       (unsigned long long)cfailed, (unsigned long long)attempts);
+	CHECKF(v.incomplete == 0 && v.failed == v.retried,
+	       "server: %llu incomplete, %llu failed of which only %llu "
+	       "completed on a retry",
+	       (unsigned long long)v.incomplete, (unsigned long long)v.failed,
+	       (unsigned long long)v.retried);
 	CHECK(ns.sessions_live == 0 && ns.windows_live == 0 &&
 	      ns.slices_rented == 0);
 	CHECK(ns.windows_bound == ns.windows_revoked ||
@@ -543,6 +560,5 @@ int main(int argc, char **argv)
 	       rss_mid / 1024);
 	tf_node_destroy(v.node);
 	tf_context_close(v.ctx);
-	tf_test_tolerate_log(false);
 	return tf_test_end();
 }

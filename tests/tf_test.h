@@ -41,8 +41,21 @@ void tf_test_skip(const char *fmt, ...)
 void tf_test_fail(const char *file, int line, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4), noreturn));
 /* A part of a test was not run for lack of a capability: say so, and
- * fail instead under TOLLFREE_TEST_STRICT=1 on the soft provider. */
+ * fail instead under TOLLFREE_TEST_STRICT=1 on the soft provider.  The
+ * line reads "NAME: not tried: REASON"; scripts/test.sh counts these. */
 void tf_test_partial_skip(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+/*
+ * A part of a test was not run for a reason of the build or the host, not
+ * of the provider: a sanitizer that makes mlock() a no-op, a second
+ * provider that is not built in or has no device here.  Said the same way
+ * ("NAME: not tried (host): REASON", counted alike), but it does not fail
+ * under TOLLFREE_TEST_STRICT=1: strict mode judges what the soft provider
+ * lacks, and the soft provider lacks nothing here.  Use it only for a
+ * reason the test has established (a probe, the build, an errno that
+ * means "absent"), never for a capability the provider reports missing.
+ */
+void tf_test_partial_skip_host(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2)));
 /* Informational line, prefixed with the test (and side) name. */
 void tf_test_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -91,9 +104,27 @@ void tf_test_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * fails the test if any were logged that the test did not expect. */
 void tf_test_begin(const char *name);
 void tf_test_expect_log(int n_warn_or_err);
-/* Tolerant mode: while on, warnings and errors are printed but not
- * counted (for tests that provoke errors whose number is not fixed). */
+/*
+ * Tolerant mode: while on, warnings and errors are printed (marked
+ * "tolerated") but not counted.  It is for the steps of a test that
+ * provoke errors whose number is not fixed: turn it on where the fault is
+ * provoked and off once its consequences are over, never for a whole
+ * test, so that an error logged anywhere else still fails it.  The mode
+ * may be switched while library threads log.
+ */
 void tf_test_tolerate_log(bool on);
+bool tf_test_tolerating(void);
+/* Evaluate @_expr, an int-valued call provoked to fail, in tolerant mode,
+ * then restore the mode it was in. */
+#define TOLERATED(_expr)                         \
+	({                                       \
+		bool _tw = tf_test_tolerating(); \
+		int _tv;                         \
+		tf_test_tolerate_log(true);      \
+		_tv = (_expr);                   \
+		tf_test_tolerate_log(_tw);       \
+		_tv;                             \
+	})
 int tf_test_end(void);
 
 /* Locked memory of this process (VmLck, bytes), -1 if unknown. */

@@ -778,6 +778,16 @@ bool soft_tcp_is_connector(uint64_t my_nonce, uint32_t my_qpn,
  * sleeping event loop for inbound tcp traffic without a progress thread
  * (tests/conf_cq_event). */
 int soft_tcp_event_fd(struct soft_ctx *ctx);
+/* Responses (READ data, NAKs) a tcp connection may hold copied in its send
+ * queue, unsent, before its responder stops executing requests until the
+ * peer reads; the check comes before each request, so one response more
+ * may be queued past it. */
+#define SOFT_TCP_TX_OWNED_MAX (16u << 20)
+/* Bytes of responses queued, unsent, on @qp's tcp connection (what the
+ * bound above limits), 0 if it has no connection.  Takes qp->lock.  For
+ * tests (tests/soft_tcp_frames.c): the transport's own memory bound,
+ * measured where it is kept. */
+size_t soft_tcp_tx_queued(struct soft_qp *qp);
 /* end of the block requested by tcp transport */
 
 #endif /* TOLLFREE_SOFT_INT_H */

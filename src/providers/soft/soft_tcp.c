@@ -74,8 +74,9 @@
  * to one header plus TOLLFREE_SOFT_MAX_MSG. */
 #define TCP_RXBUF_MIN (64u * 1024)
 /* Responses (READ data) this side has queued but not sent yet; above it,
- * the responder stops executing requests until the peer reads. */
-#define TCP_TX_OWNED_MAX (16u << 20)
+ * the responder stops executing requests until the peer reads (the value
+ * is in soft_int.h, where tests read it). */
+#define TCP_TX_OWNED_MAX SOFT_TCP_TX_OWNED_MAX
 /* Accepted sockets that have not been matched to a QP yet. */
 #define TCP_MAX_PENDING 256
 #define TCP_PENDING_NS	(30ull * 1000000000)
@@ -2207,6 +2208,20 @@ err_unlock:
 err_free:
 	tcp_conn_free(c);
 	return ret;
+}
+
+size_t soft_tcp_tx_queued(struct soft_qp *qp)
+{
+	struct tcp_conn *c;
+	size_t n = 0;
+
+	/* The connection and its tx_owned change only under qp->lock. */
+	soft_qp_lock(qp);
+	c = qp->tp_priv;
+	if (c)
+		n = c->tx_owned;
+	soft_qp_unlock(qp);
+	return n;
 }
 
 static int tcp_submit(struct soft_qp *qp, struct soft_swqe *wqe)

@@ -644,12 +644,6 @@ static int stats_live(struct stats_out *o, uint32_t pid, int wait_ms)
 	DIR *d;
 	int ret;
 
-	if (pid && kill((pid_t)pid, 0) && errno == ESRCH) {
-		fprintf(stderr,
-			"tollfree-info: no process with pid %" PRIu32 "\n",
-			pid);
-		return 1;
-	}
 	d = opendir(TF_STATS_DIR);
 	if (!d) {
 		fprintf(stderr, "tollfree-info: %s: %s\n", TF_STATS_DIR,
@@ -688,7 +682,13 @@ static int stats_live(struct stats_out *o, uint32_t pid, int wait_ms)
 	out_end(o);
 	free(v);
 	if (!o->shown && !errors) {
-		if (pid)
+		/* Segments of a dead pid were stale (and are gone now). */
+		if (pid && kill((pid_t)pid, 0) && errno == ESRCH)
+			fprintf(stderr,
+				"tollfree-info: no process with pid %" PRIu32
+				"\n",
+				pid);
+		else if (pid)
 			fprintf(stderr,
 				"tollfree-info: pid %" PRIu32 " publishes no "
 				"statistics (start it with "

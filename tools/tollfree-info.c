@@ -280,6 +280,18 @@ static void json_str(const char *s)
 	putchar('"');
 }
 
+/* A copy of @s safe to print on a terminal: a record or a process may
+ * name itself with escape sequences. */
+static const char *printable(const char *s, char *buf, size_t len)
+{
+	size_t i;
+
+	for (i = 0; s[i] && i + 1 < len; i++)
+		buf[i] = (s[i] < ' ' || s[i] > '~') ? '?' : s[i];
+	buf[i] = '\0';
+	return buf;
+}
+
 /* The process name of a live pid from /proc/<pid>/comm, else @fallback
  * (the name the record carries). */
 static void proc_comm(uint32_t pid, const char *fallback, char *buf, size_t len)
@@ -303,7 +315,7 @@ static void print_record(struct stats_out *o, const struct tf_stats_rec *r,
 			 bool live, bool refreshed)
 {
 	uint64_t now = realtime_ns();
-	char comm[64];
+	char comm[64], pc[64], pp[16], pd[64];
 	const char *name;
 	uint64_t v;
 
@@ -338,7 +350,9 @@ static void print_record(struct stats_out *o, const struct tf_stats_rec *r,
 		putchar('\n');
 	printf("pid %" PRIu32 " (%s) context %" PRIu32 ": provider %s, "
 	       "device %s\n",
-	       r->pid, comm, r->ctx_id, r->provider, r->device);
+	       r->pid, printable(comm, pc, sizeof(pc)), r->ctx_id,
+	       printable(r->provider, pp, sizeof(pp)),
+	       printable(r->device, pd, sizeof(pd)));
 	if (live) {
 		printf("  open for %.1f s; snapshot taken %.3f s ago%s\n",
 		       secs_since(r->start_ns, now),
@@ -490,17 +504,41 @@ static bool segment_name(const char *name, uint32_t *pid_p, uint32_t *id_p)
 	return true;
 }
 
-struct seg_name {
+/* A live segment being read: opened and asked for a snapshot first, all
+ * of them, so that the processes refresh in parallel and one --wait
+ * covers them all. */
+struct seg {
 	uint32_t pid, id;
+	int fd;	      /* -1: skip (stale, gone or failed) */
+	uint8_t *map; /* NULL: not mapped */
+	size_t size;
+	bool asked;    /* req bumped (the file was writable) */
+	uint32_t want; /* the req value to see acknowledged */
 };
 
 static int cmp_seg(const void *a, const void *b)
 {
-	const struct seg_name *x = a, *y = b;
+	const struct seg *x = a, *y = b;
 
 	if (x->pid != y->pid)
 		return x->pid < y->pid ? -1 : 1;
 	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void seg_path(const struct seg *s, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s/%s%" PRIu32 ".%" PRIu32, TF_STATS_DIR,
+		 TF_STATS_PREFIX, s->pid, s->id);
+}
+
+static void seg_close(struct seg *s)
+{
+	if (s->map)
+		munmap(s->map, s->size);
+	if (s->fd >= 0)
+		close(s->fd);
+	s->map = NULL;
+	s->fd = -1;
 }
 
 /* Copy the live record out of the mapping under its seqlock, so that the
@@ -527,47 +565,38 @@ static int snapshot(const uint8_t *map, size_t len, uint8_t *copy)
 	return -EAGAIN;
 }
 
-/* Ask the owner for a fresh snapshot and wait up to @wait_ms for its
- * answer; true if it answered. */
-static bool request_refresh(uint8_t *map, int wait_ms)
+/* Whether the owner acknowledged our request.  Serial-number arithmetic:
+ * other readers bump req too. */
+static bool seg_answered(const struct seg *s)
 {
-	uint32_t *reqp = (uint32_t *)(map + offsetof(struct tf_stats_hdr, req));
 	const uint32_t *ackp =
-		(const uint32_t *)(map + offsetof(struct tf_stats_hdr, ack));
-	uint32_t want = __atomic_add_fetch(reqp, 1, __ATOMIC_SEQ_CST);
+		(const uint32_t *)(s->map + offsetof(struct tf_stats_hdr, ack));
 
-	for (int waited = 0;; waited++) {
-		uint32_t ack = __atomic_load_n(ackp, __ATOMIC_ACQUIRE);
-
-		/* Serial-number arithmetic: other readers bump req too. */
-		if ((int32_t)(ack - want) >= 0)
-			return true;
-		if (waited >= wait_ms)
-			return false;
-		usleep(1000);
-	}
+	return s->asked && (int32_t)(__atomic_load_n(ackp, __ATOMIC_ACQUIRE) -
+				     s->want) >= 0;
 }
 
-/* Show one live segment.  Returns 0 when printed, 1 when it was stale
- * (removed or ignored), -1 on an error (reported). */
-static int stats_segment(struct stats_out *o, const struct seg_name *sn,
-			 int wait_ms)
+/* Open, check and map one segment and ask its owner for a snapshot.
+ * Returns 0 (mapped), 1 (stale or gone: removed or ignored, s->fd -1) or
+ * -1 (an error, reported). */
+static int seg_open(struct seg *s)
 {
 	char path[128];
-	struct tf_stats_rec r;
 	struct stat st;
-	uint8_t *map = NULL, *copy = NULL;
-	bool writable = true, refreshed = false;
-	int fd, ret = -1;
+	bool writable = true;
+	uint32_t *reqp;
+	void *map;
 
-	snprintf(path, sizeof(path), "%s/%s%" PRIu32 ".%" PRIu32, TF_STATS_DIR,
-		 TF_STATS_PREFIX, sn->pid, sn->id);
-	fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 && errno == EACCES) {
+	s->fd = -1;
+	s->map = NULL;
+	s->asked = false;
+	seg_path(s, path, sizeof(path));
+	s->fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (s->fd < 0 && errno == EACCES) {
 		writable = false;
-		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		s->fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	}
-	if (fd < 0) {
+	if (s->fd < 0) {
 		if (errno == ENOENT)
 			return 1; /* closed meanwhile */
 		fprintf(stderr, "tollfree-info: %s: %s\n", path,
@@ -576,48 +605,68 @@ static int stats_segment(struct stats_out *o, const struct seg_name *sn,
 	}
 	/* The owner holds an exclusive lock while the context is open; if
 	 * we get a shared one, nobody does. */
-	if (!flock(fd, LOCK_SH | LOCK_NB)) {
+	if (!flock(s->fd, LOCK_SH | LOCK_NB)) {
 		if (!unlink(path))
 			fprintf(stderr,
 				"tollfree-info: removed stale %s (pid %" PRIu32
 				" exited without closing its context)\n",
-				path, sn->pid);
+				path, s->pid);
 		else if (errno != ENOENT)
 			fprintf(stderr,
 				"tollfree-info: ignoring stale %s (pid %" PRIu32
 				" exited without closing its context): "
 				"cannot remove it: %s\n",
-				path, sn->pid, strerror(errno));
-		close(fd);
+				path, s->pid, strerror(errno));
+		seg_close(s);
 		return 1;
 	}
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+	if (fstat(s->fd, &st) || !S_ISREG(st.st_mode) ||
 	    st.st_size < TF_STATS_HDR_SIZE || st.st_size > MAX_SEGMENT_BYTES) {
 		fprintf(stderr, "tollfree-info: %s: not a statistics segment\n",
 			path);
-		goto out;
+		seg_close(s);
+		return -1;
 	}
-	map = mmap(NULL, (size_t)st.st_size,
-		   PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+	s->size = (size_t)st.st_size;
+	map = mmap(NULL, s->size, PROT_READ | (writable ? PROT_WRITE : 0),
+		   MAP_SHARED, s->fd, 0);
 	if (map == MAP_FAILED) {
-		map = NULL;
 		fprintf(stderr, "tollfree-info: mmap %s: %s\n", path,
 			strerror(errno));
-		goto out;
+		seg_close(s);
+		return -1;
 	}
-	copy = malloc((size_t)st.st_size);
+	s->map = map;
+	if (writable) {
+		reqp = (uint32_t *)(s->map +
+				    offsetof(struct tf_stats_hdr, req));
+		s->want = __atomic_add_fetch(reqp, 1, __ATOMIC_SEQ_CST);
+		s->asked = true;
+	}
+	return 0;
+}
+
+/* Print a mapped segment.  0 or -1 (reported). */
+static int seg_show(struct stats_out *o, struct seg *s)
+{
+	char path[128];
+	struct tf_stats_rec r;
+	bool refreshed = seg_answered(s);
+	uint8_t *copy;
+	int ret = -1;
+
+	seg_path(s, path, sizeof(path));
+	copy = malloc(s->size);
 	if (!copy) {
 		fprintf(stderr, "tollfree-info: out of memory\n");
-		goto out;
+		return -1;
 	}
-	if (writable)
-		refreshed = request_refresh(map, wait_ms);
-	if (snapshot(map, (size_t)st.st_size, copy)) {
+	if (snapshot(s->map, s->size, copy)) {
 		fprintf(stderr, "tollfree-info: %s: no stable snapshot\n",
 			path);
 		goto out;
 	}
-	ret = tf__stats_parse(copy, (size_t)st.st_size, &r);
+	ret = tf__stats_parse(copy, s->size, &r);
 	if (ret) {
 		fprintf(stderr, "tollfree-info: %s: %s\n", path,
 			tf__stats_parse_error(ret));
@@ -625,24 +674,34 @@ static int stats_segment(struct stats_out *o, const struct seg_name *sn,
 		goto out;
 	}
 	print_record(o, &r, true, refreshed);
-	ret = 0;
 out:
 	free(copy);
-	if (map)
-		munmap(map, (size_t)st.st_size);
-	close(fd);
 	return ret;
+}
+
+/* Wait until every asked owner answered or @wait_ms passed. */
+static void wait_answers(struct seg *v, size_t n, int wait_ms)
+{
+	for (int waited = 0;; waited++) {
+		size_t pending = 0;
+
+		for (size_t i = 0; i < n; i++)
+			if (v[i].map && v[i].asked && !seg_answered(&v[i]))
+				pending++;
+		if (!pending || waited >= wait_ms)
+			return;
+		usleep(1000);
+	}
 }
 
 /* All live segments, or those of @pid (0: all). */
 static int stats_live(struct stats_out *o, uint32_t pid, int wait_ms)
 {
-	struct seg_name *v = NULL, *nv;
+	struct seg *v = NULL, *nv;
 	size_t n = 0, cap = 0;
 	struct dirent *de;
 	unsigned errors = 0;
 	DIR *d;
-	int ret;
 
 	d = opendir(TF_STATS_DIR);
 	if (!d) {
@@ -651,10 +710,10 @@ static int stats_live(struct stats_out *o, uint32_t pid, int wait_ms)
 		return 1;
 	}
 	while ((de = readdir(d))) {
-		struct seg_name sn;
+		struct seg s;
 
-		if (!segment_name(de->d_name, &sn.pid, &sn.id) ||
-		    (pid && sn.pid != pid))
+		if (!segment_name(de->d_name, &s.pid, &s.id) ||
+		    (pid && s.pid != pid))
 			continue;
 		if (n == cap) {
 			cap = cap ? cap * 2 : 16;
@@ -668,16 +727,20 @@ static int stats_live(struct stats_out *o, uint32_t pid, int wait_ms)
 			}
 			v = nv;
 		}
-		v[n++] = sn;
+		v[n++] = s;
 	}
 	closedir(d);
 	if (n)
 		qsort(v, n, sizeof(*v), cmp_seg);
+	for (size_t i = 0; i < n; i++)
+		if (seg_open(&v[i]) < 0)
+			errors++;
+	wait_answers(v, n, wait_ms);
 	out_begin(o);
 	for (size_t i = 0; i < n; i++) {
-		ret = stats_segment(o, &v[i], wait_ms);
-		if (ret < 0)
+		if (v[i].map && seg_show(o, &v[i]))
 			errors++;
+		seg_close(&v[i]);
 	}
 	out_end(o);
 	free(v);

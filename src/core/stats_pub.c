@@ -42,8 +42,8 @@ struct tf__stats_pub {
 	uint8_t *build;		  /* the next record, assembled privately */
 	int fd;			  /* holds the flock */
 	pid_t pid;		  /* owner; a forked child never writes */
-	bool forked;
-	atomic_uint served; /* the last req answered */
+	atomic_bool forked;	  /* set in a forked child, read unlocked */
+	atomic_uint served;	  /* the last req answered */
 	struct tf_node *nodes;
 	unsigned next_node_id;
 	char path[64];
@@ -268,7 +268,7 @@ void tf__stats_pub_poll(struct tf_context *ctx)
 	uint32_t req = __atomic_load_n(&pub->seg->req, __ATOMIC_RELAXED);
 
 	if (req == atomic_load_explicit(&pub->served, memory_order_relaxed) ||
-	    pub->forked)
+	    atomic_load_explicit(&pub->forked, memory_order_relaxed))
 		return;
 	/* Another thread publishing will answer, or the next call will: a
 	 * poller never waits here. */
@@ -277,7 +277,7 @@ void tf__stats_pub_poll(struct tf_context *ctx)
 	if (getpid() != pub->pid) {
 		/* A forked child inherited the mapping; only the parent
 		 * speaks for the context. */
-		pub->forked = true;
+		atomic_store_explicit(&pub->forked, true, memory_order_relaxed);
 		goto out_unlock;
 	}
 	req = __atomic_load_n(&pub->seg->req, __ATOMIC_ACQUIRE);

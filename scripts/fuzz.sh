@@ -3,7 +3,7 @@
 #
 # Usage: scripts/fuzz.sh [--seed] [TARGET...]
 #   TARGET   fuzz_wire, fuzz_soft_tcp_frame, fuzz_soft_addr, fuzz_config,
-#            fuzz_session_accept (default: all; fuzz_session_accept needs
+#            fuzz_session_accept, fuzz_stats (default: all; fuzz_session_accept needs
 #            root for its private network namespace and is skipped
 #            without it)
 #   --seed   regenerate the seed corpus fuzz/corpus/*/seed-* with the
@@ -26,7 +26,7 @@ top=$PWD
 bdir=${FUZZ_BUILD:-build-fuzz}
 secs=${FUZZ_SECONDS:-60}
 all_targets=(fuzz_wire fuzz_soft_tcp_frame fuzz_soft_addr fuzz_config
-	fuzz_session_accept)
+	fuzz_session_accept fuzz_stats)
 
 # -max_len per target: the largest input that means something to it.
 declare -A max_len=(
@@ -35,6 +35,7 @@ declare -A max_len=(
 	[fuzz_soft_addr]=272       # TF_QP_ADDR_MAX + 16 (too long is refused)
 	[fuzz_config]=300          # longer than any value or name
 	[fuzz_session_accept]=2048 # HELLO + OPEN with a blob and private data
+	[fuzz_stats]=4096          # a dump of a few records of a few counters
 )
 
 seed=0

@@ -61,11 +61,17 @@ static uint64_t realtime_ns(void)
 
 /* ------------------------------------------------------------- records */
 
+/* Plain copies rather than snprintf: a refresh runs inside the owner's
+ * CQ poll and writes about a hundred names. */
 static void add(void *rec, const char *prefix, const char *name, uint64_t v)
 {
-	char full[2 * TF_STATS_NAME_MAX]; /* tf__stats_add cuts it */
+	char full[TF_STATS_NAME_MAX];
+	size_t pl = strnlen(prefix, sizeof(full) - 1);
+	size_t nl = strnlen(name, sizeof(full) - 1 - pl);
 
-	snprintf(full, sizeof(full), "%s%s", prefix, name);
+	memcpy(full, prefix, pl);
+	memcpy(full + pl, name, nl);
+	full[pl + nl] = '\0';
 	tf__stats_add(rec, full, v);
 }
 

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "config_int.h"
+#include "core/stats_fmt.h"
 #include "core/wire_int.h"
 #include "fuzz_common.h"
 #include "providers/soft/soft_int.h"
@@ -445,6 +446,35 @@ static void gen_config(void)
 	    16);
 }
 
+/* --------------------------------------------------------------- stats */
+
+static void gen_stats(void)
+{
+	static uint8_t a[TF_STATS_HDR_SIZE + 8 * TF_STATS_ENTRY_SIZE];
+	static uint8_t b[TF_STATS_HDR_SIZE + 8 * TF_STATS_ENTRY_SIZE];
+	uint32_t la, lb;
+
+	tf__stats_init(a, 8, TF_STATS_F_FINAL, 4242, 0, 1000, "soft", "soft",
+		       "server");
+	tf__stats_add(a, "ctx.send_posted", 37);
+	tf__stats_add(a, "ctx.bytes_out", 37 * 1024);
+	tf__stats_add(a, "node0.pool.rents", 2);
+	la = tf__stats_seal(a, 5000);
+	put("fuzz_stats", "one", a, la, NULL, 0);
+	/* A dump of two contexts, the second one empty. */
+	tf__stats_init(b, 0, TF_STATS_F_FINAL, 4243, 1, 2000, "verbs", "rxe0",
+		       "client");
+	lb = tf__stats_seal(b, 6000);
+	put("fuzz_stats", "two", a, la, b, lb);
+	/* A live record with a dropped counter. */
+	tf__stats_init(b, 1, 0, 1, 2, 3, "soft", "soft", "x");
+	tf__stats_add(b, "ctx.mr_reg", 1);
+	tf__stats_add(b, "ctx.mr_dereg", 1);
+	lb = tf__stats_seal(b, 4);
+	put("fuzz_stats", "dropped", b, lb, NULL, 0);
+	put("fuzz_stats", "truncated", a, la - 9, NULL, 0);
+}
+
 int main(int argc, char **argv)
 {
 	uint8_t blob[TF_QP_ADDR_MAX], tblob[TF_QP_ADDR_MAX];
@@ -465,5 +495,6 @@ int main(int argc, char **argv)
 	gen_accept(tblob, tlen);
 	gen_tcp();
 	gen_config();
+	gen_stats();
 	return failures ? 1 : 0;
 }

@@ -3,7 +3,7 @@
 #
 # Usage: scripts/fuzz.sh [--seed] [TARGET...]
 #   TARGET   fuzz_wire, fuzz_soft_tcp_frame, fuzz_soft_addr, fuzz_config,
-#            fuzz_verbs_addr, fuzz_session_accept (default: all;
+#            fuzz_verbs_addr, fuzz_session_accept, fuzz_stats (default: all;
 #            fuzz_session_accept needs a private network namespace (root)
 #            and is skipped where unshare(CLONE_NEWNET) is refused)
 #   --seed   regenerate the seed corpus fuzz/corpus/*/seed-* with the
@@ -31,7 +31,7 @@ top=$PWD
 bdir=${FUZZ_BUILD:-build-fuzz}
 secs=${FUZZ_SECONDS:-60}
 all_targets=(fuzz_wire fuzz_soft_tcp_frame fuzz_soft_addr fuzz_config
-	fuzz_verbs_addr fuzz_session_accept)
+	fuzz_verbs_addr fuzz_session_accept fuzz_stats)
 
 # -max_len per target: the largest input that means something to it.
 declare -A max_len=(
@@ -41,6 +41,7 @@ declare -A max_len=(
 	[fuzz_config]=300          # longer than any value or name
 	[fuzz_verbs_addr]=64       # VERBS_ADDR_LEN 40 (other lengths are refused)
 	[fuzz_session_accept]=2048 # HELLO + OPEN with a blob and private data
+	[fuzz_stats]=4096          # a dump of a few records of a few counters
 )
 
 seed=0

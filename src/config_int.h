@@ -30,7 +30,13 @@
 	XX(core, LOG_LEVEL, log_level, LOGLEVEL, "warn",                       \
 	   "Log level: error, warn, info, debug or trace")                     \
 	XX(core, STATS, stats, STR, "",                                        \
-	   "Dump context counters at close: stdout, stderr or file:<path>")    \
+	   "Dump context counters at close: stdout or stderr (one line of "    \
+	   "name=value), or file:<path> (appends a binary record that "        \
+	   "tollfree-info -s <path> reads)")                                   \
+	XX(core, STATS_PUBLISH, stats_publish, BOOL, "n",                      \
+	   "Publish each context's live counters in "                          \
+	   "/dev/shm/tollfree.<pid>.<n> (mode 0600, removed at close) for "    \
+	   "tollfree-info -s")                                                 \
 	XX(core, POLL_SPIN_US, poll_spin_us, UINT, "50",                       \
 	   "tf_cq_wait busy-polls this long before blocking on the CQ fd")     \
 	XX(core, QP_TIMEOUT_MS, qp_timeout_ms, UINT, "4000",                   \

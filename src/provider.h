@@ -24,8 +24,15 @@
 
 struct tf_provider_ops;
 
+struct tf__stats_pub;
+
 struct tf_context {
 	struct tf_provider_ops *ops; /* full table, defaults filled in */
+	/* Live statistics segment, NULL unless TOLLFREE_STATS_PUBLISH=y;
+	 * next to ops because tf_cq_poll tests it (stats_int.h). */
+	struct tf__stats_pub *stats_pub;
+	uint32_t stats_id;	 /* context number within the process */
+	uint64_t stats_start_ns; /* CLOCK_REALTIME at open */
 	const char *prov_name;
 	char device[64];
 	struct tf_config cfg; /* configuration in effect */

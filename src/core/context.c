@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "provider.h"
+#include "stats_int.h"
 
 /* Built-in providers in "auto" preference order: a real device first. */
 static const struct tf_provider_ops *const providers[] = {
@@ -278,6 +279,7 @@ static int open_with(const struct tf_provider_ops *prov,
 	ctx->ops = ops;
 	ctx->prov_name = prov->name;
 	ctx->cfg = *cfg;
+	tf__stats_ctx_init(ctx);
 	*ctx_p = ctx;
 	return 0;
 }
@@ -343,61 +345,13 @@ int tf_context_open(const tf_context_params_t *params, tf_context_t **ctx_p)
 	return -TF_ENOPROVIDER;
 }
 
-static void dump_stats(tf_context_t *ctx)
-{
-	tf_context_stats_t s;
-	FILE *f;
-	bool close_f = false;
-
-	if (!ctx->cfg.stats[0])
-		return;
-	if (!strcmp(ctx->cfg.stats, "stdout")) {
-		f = stdout;
-	} else if (!strcmp(ctx->cfg.stats, "stderr")) {
-		f = stderr;
-	} else if (!strncmp(ctx->cfg.stats, "file:", 5)) {
-		f = fopen(ctx->cfg.stats + 5, "a");
-		if (!f) {
-			tf_log_warn("core",
-				    "TOLLFREE_STATS: cannot open %s: %m",
-				    ctx->cfg.stats + 5);
-			return;
-		}
-		close_f = true;
-	} else {
-		tf_log_warn("core", "TOLLFREE_STATS='%s' not understood",
-			    ctx->cfg.stats);
-		return;
-	}
-	tf_context_query_stats(ctx, &s);
-	fprintf(f,
-		"tollfree stats provider=%s device=%s mr_reg=%" PRIu64
-		" mr_dereg=%" PRIu64 " mr_reg_fail=%" PRIu64
-		" pinned_bytes=%" PRIu64 " mw_bind=%" PRIu64
-		" mw_inval=%" PRIu64 " qp_created=%" PRIu64
-		" qp_errors=%" PRIu64 " send_posted=%" PRIu64
-		" recv_posted=%" PRIu64 " cqe_ok=%" PRIu64 " cqe_err=%" PRIu64
-		" bytes_out=%" PRIu64 " remote_access_denied=%" PRIu64
-		" xlate_hits=%" PRIu64 " xlate_misses=%" PRIu64
-		" xlate_evictions=%" PRIu64 "\n",
-		ctx->prov_name, ctx->device, s.mr_reg, s.mr_dereg,
-		s.mr_reg_fail, s.pinned_bytes, s.mw_bind, s.mw_inval,
-		s.qp_created, s.qp_errors, s.send_posted, s.recv_posted,
-		s.cqe_ok, s.cqe_err, s.bytes_out, s.remote_access_denied,
-		s.xlate_hits, s.xlate_misses, s.xlate_evictions);
-	if (close_f)
-		fclose(f);
-	else
-		fflush(f);
-}
-
 void tf_context_close(tf_context_t *ctx)
 {
 	struct tf_provider_ops *ops;
 
 	if (!ctx)
 		return;
-	dump_stats(ctx);
+	tf__stats_ctx_fini(ctx);
 	if (ctx->n_qp || ctx->n_cq || ctx->n_mw || ctx->n_mr || ctx->n_pd)
 		tf_log_warn("core",
 			    "context closed with live objects: %ld qp, %ld cq, "
@@ -421,6 +375,7 @@ const char *tf_context_device(const tf_context_t *ctx)
 
 int tf_context_progress(tf_context_t *ctx)
 {
+	tf__stats_check(ctx);
 	return ctx->ops->progress(ctx);
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "provider.h"
+#include "stats_int.h"
 
 #define OPS(_ctx) ((_ctx)->ops)
 
@@ -263,6 +264,9 @@ int tf_cq_poll(tf_cq_t *cq, int n, struct tf_wc *wc)
 	ret = OPS(cq->ctx)->cq_poll(cq, n, wc);
 	if (ret > 0)
 		count_wcs(cq->ctx, wc, ret);
+	/* Answers a `tollfree-info -s` reader; a NULL test unless stats
+	 * are published. */
+	tf__stats_check(cq->ctx);
 	return ret;
 }
 

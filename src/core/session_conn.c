@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "session_int.h"
+#include "stats_int.h"
 
 #define S TF_SESS_SUBSYS
 #define STAT(_n, _f) \
@@ -332,6 +333,7 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 		     node->reg_mode, node->crossover,
 		     node->use_mw ? "windows" : "dedicated MRs",
 		     node->psk_len ? "on" : "off");
+	tf__stats_node_add(ctx, node);
 	*node_p = node;
 	return 0;
 
@@ -357,6 +359,9 @@ void tf_node_destroy(tf_node_t *node)
 			    "listeners open",
 			    atomic_load(&node->n_sessions),
 			    atomic_load(&node->n_listeners));
+	/* Unlisted first: a concurrent publisher must not read a node that
+	 * is being torn down. */
+	tf__stats_node_del(node->ctx, node);
 	while ((c = node->idle.next) != &node->idle) {
 		tf__conn_unlink(c);
 		tf__conn_destroy(c);

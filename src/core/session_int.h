@@ -120,6 +120,10 @@ struct tf_node {
 	atomic_ullong expose_mr_fallback, revoke_ns, attach_pool, attach_cache;
 	atomic_ullong attach_direct, copy_bytes, slices_rented;
 	atomic_llong windows_live;
+	/* Statistics publication (stats_pub.c): the context's node list,
+	 * under its publication lock, and this node's number in it. */
+	struct tf_node *stats_next;
+	unsigned stats_id;
 };
 
 struct tf_listener {

@@ -1,0 +1,511 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stats_pub.c - a context's statistics as name/value records: published
+ * live in /dev/shm/tollfree.<pid>.<n> (TOLLFREE_STATS_PUBLISH=y) and
+ * dumped at close (TOLLFREE_STATS).  See stats_int.h for when the live
+ * snapshot is refreshed and stats_fmt.h for the record.
+ *
+ * Liveness: the owner holds an exclusive flock on its segment for as long
+ * as the context is open.  The kernel drops it when the process dies, so a
+ * reader that can take a shared lock knows the segment is stale, whatever
+ * happened to the pid since.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "provider.h"
+#include "session_int.h"
+#include "stats_fmt.h"
+#include "stats_int.h"
+
+#define S "stats"
+
+/* Room for the context's counters and those of about eight nodes; what
+ * does not fit is counted in the header's dropped field. */
+#define SEG_CAPACITY 512
+#define SEG_SIZE     (TF_STATS_HDR_SIZE + SEG_CAPACITY * TF_STATS_ENTRY_SIZE)
+
+struct tf__stats_pub {
+	/* Protects the node list and the build buffer, and serializes
+	 * writers of the segment. */
+	pthread_mutex_t lock;
+	struct tf_stats_hdr *seg; /* the shared mapping, SEG_SIZE bytes */
+	uint8_t *build;		  /* the next record, assembled privately */
+	int fd;			  /* holds the flock */
+	pid_t pid;		  /* owner; a forked child never writes */
+	atomic_bool forked;	  /* set in a forked child, read unlocked */
+	atomic_uint served;	  /* the last req answered */
+	struct tf_node *nodes;
+	unsigned next_node_id;
+	char path[64];
+};
+
+static atomic_uint next_ctx_id;
+
+static uint64_t realtime_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------- records */
+
+/* Plain copies rather than snprintf: a refresh runs inside the owner's
+ * CQ poll and writes about a hundred names. */
+static void add(void *rec, const char *prefix, const char *name, uint64_t v)
+{
+	char full[TF_STATS_NAME_MAX];
+	size_t pl = strnlen(prefix, sizeof(full) - 1);
+	size_t nl = strnlen(name, sizeof(full) - 1 - pl);
+
+	memcpy(full, prefix, pl);
+	memcpy(full + pl, name, nl);
+	full[pl + nl] = '\0';
+	tf__stats_add(rec, full, v);
+}
+
+/* The counters published for each stats struct: named after their
+ * fields, read by offset and size (uint64_t counters, int settings). */
+struct field {
+	const char *name;
+	size_t off, size;
+};
+#define FIELD(_type, _f)                                           \
+	{                                                          \
+#_f, offsetof(_type, _f), sizeof(((_type *)0)->_f) \
+	}
+
+static const struct field ctx_fields[] = {
+	FIELD(tf_context_stats_t, mr_reg),
+	FIELD(tf_context_stats_t, mr_dereg),
+	FIELD(tf_context_stats_t, mr_reg_fail),
+	FIELD(tf_context_stats_t, pinned_bytes),
+	FIELD(tf_context_stats_t, mw_bind),
+	FIELD(tf_context_stats_t, mw_inval),
+	FIELD(tf_context_stats_t, qp_created),
+	FIELD(tf_context_stats_t, qp_errors),
+	FIELD(tf_context_stats_t, send_posted),
+	FIELD(tf_context_stats_t, recv_posted),
+	FIELD(tf_context_stats_t, cqe_ok),
+	FIELD(tf_context_stats_t, cqe_err),
+	FIELD(tf_context_stats_t, bytes_out),
+	FIELD(tf_context_stats_t, remote_access_denied),
+	FIELD(tf_context_stats_t, xlate_hits),
+	FIELD(tf_context_stats_t, xlate_misses),
+	FIELD(tf_context_stats_t, xlate_evictions),
+};
+
+static const struct field node_fields[] = {
+	FIELD(tf_node_stats_t, sessions_opened),
+	FIELD(tf_node_stats_t, sessions_closed),
+	FIELD(tf_node_stats_t, sessions_live),
+	FIELD(tf_node_stats_t, connect_failures),
+	FIELD(tf_node_stats_t, auth_failures),
+	FIELD(tf_node_stats_t, handshake_rejects),
+	FIELD(tf_node_stats_t, qp_new),
+	FIELD(tf_node_stats_t, qp_reused),
+	FIELD(tf_node_stats_t, qp_destroyed),
+	FIELD(tf_node_stats_t, qp_broken),
+	FIELD(tf_node_stats_t, qp_idle),
+	FIELD(tf_node_stats_t, windows_bound),
+	FIELD(tf_node_stats_t, windows_revoked),
+	FIELD(tf_node_stats_t, windows_live),
+	FIELD(tf_node_stats_t, expose_mr_fallback),
+	FIELD(tf_node_stats_t, revoke_ns),
+	FIELD(tf_node_stats_t, attach_pool),
+	FIELD(tf_node_stats_t, attach_cache),
+	FIELD(tf_node_stats_t, attach_direct),
+	FIELD(tf_node_stats_t, copy_bytes),
+	FIELD(tf_node_stats_t, slices_rented),
+	FIELD(tf_node_stats_t, crossover),
+	FIELD(tf_node_stats_t, reg_mode),
+	FIELD(tf_node_stats_t, use_mw),
+	FIELD(tf_node_stats_t, auth),
+};
+
+static const struct field pool_fields[] = {
+	FIELD(tf_pool_stats_t, rents),
+	FIELD(tf_pool_stats_t, returns),
+	FIELD(tf_pool_stats_t, cache_hits),
+	FIELD(tf_pool_stats_t, cache_misses),
+	FIELD(tf_pool_stats_t, enomem),
+	FIELD(tf_pool_stats_t, chunks),
+	FIELD(tf_pool_stats_t, chunk_bytes),
+	FIELD(tf_pool_stats_t, max_bytes),
+	FIELD(tf_pool_stats_t, slices),
+	FIELD(tf_pool_stats_t, free_slices),
+	FIELD(tf_pool_stats_t, huge_pages),
+	FIELD(tf_pool_stats_t, memory),
+};
+
+static const struct field rcache_fields[] = {
+	FIELD(tf_rcache_stats_t, hits),
+	FIELD(tf_rcache_stats_t, misses),
+	FIELD(tf_rcache_stats_t, evictions),
+	FIELD(tf_rcache_stats_t, invalidations),
+	FIELD(tf_rcache_stats_t, uncached),
+	FIELD(tf_rcache_stats_t, stale),
+	FIELD(tf_rcache_stats_t, reg_failures),
+	FIELD(tf_rcache_stats_t, monitor_events),
+	FIELD(tf_rcache_stats_t, regions),
+	FIELD(tf_rcache_stats_t, cached_bytes),
+	FIELD(tf_rcache_stats_t, pinned_regions),
+	FIELD(tf_rcache_stats_t, pinned_bytes),
+	FIELD(tf_rcache_stats_t, max_bytes),
+	FIELD(tf_rcache_stats_t, max_regions),
+	FIELD(tf_rcache_stats_t, monitor),
+	FIELD(tf_rcache_stats_t, check),
+};
+
+#define N_FIELDS(_a) (sizeof(_a) / sizeof((_a)[0]))
+
+static void add_fields(void *rec, const char *prefix, const void *st,
+		       const struct field *f, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const uint8_t *p = (const uint8_t *)st + f[i].off;
+		uint64_t v = 0;
+		int iv;
+
+		if (f[i].size == sizeof(uint64_t)) {
+			memcpy(&v, p, sizeof(v));
+		} else {
+			memcpy(&iv, p, sizeof(iv));
+			v = (uint64_t)(int64_t)iv;
+		}
+		add(rec, prefix, f[i].name, v);
+	}
+}
+
+static void add_node(void *rec, struct tf_node *node)
+{
+	static const char *const kinds[TF_POOL_MEM_KINDS] = {
+		[TF_POOL_MEM_PROVIDER] = "provider",
+		[TF_POOL_MEM_HUGETLB] = "hugetlb",
+		[TF_POOL_MEM_THP] = "thp",
+		[TF_POOL_MEM_REGULAR] = "regular",
+	};
+	tf_node_stats_t ns;
+	tf_pool_stats_t ps;
+	tf_rcache_stats_t rs;
+	char pfx[32], name[32];
+
+	snprintf(pfx, sizeof(pfx), "node%u.", node->stats_id);
+	if (!tf_node_query_stats(node, &ns))
+		add_fields(rec, pfx, &ns, node_fields, N_FIELDS(node_fields));
+	snprintf(pfx, sizeof(pfx), "node%u.pool.", node->stats_id);
+	if (!tf_pool_query_stats(node->pool, &ps)) {
+		add_fields(rec, pfx, &ps, pool_fields, N_FIELDS(pool_fields));
+		for (unsigned k = 0; k < TF_POOL_MEM_KINDS; k++) {
+			snprintf(name, sizeof(name), "chunks_%s", kinds[k]);
+			add(rec, pfx, name, ps.chunks_by_memory[k]);
+		}
+	}
+	snprintf(pfx, sizeof(pfx), "node%u.rcache.", node->stats_id);
+	if (!tf_rcache_query_stats(node->rc, &rs))
+		add_fields(rec, pfx, &rs, rcache_fields,
+			   N_FIELDS(rcache_fields));
+}
+
+/* Lay out a full record of @ctx in @rec (room for @cap entries).  With
+ * publication on, pub->lock must be held (the node list). */
+static uint32_t collect(struct tf_context *ctx, void *rec, uint32_t cap,
+			uint32_t flags)
+{
+	struct tf__stats_pub *pub = ctx->stats_pub;
+	tf_context_stats_t s;
+	char comm[17] = "";
+
+	/* The comm is read each time: a process may rename itself. */
+	prctl(PR_GET_NAME, comm);
+	tf__stats_init(rec, cap, flags, (uint32_t)getpid(), ctx->stats_id,
+		       ctx->stats_start_ns, ctx->prov_name, ctx->device, comm);
+	tf_context_query_stats(ctx, &s);
+	add_fields(rec, "ctx.", &s, ctx_fields, N_FIELDS(ctx_fields));
+	add(rec, "ctx.", "live_pd", (uint64_t)atomic_load(&ctx->n_pd));
+	add(rec, "ctx.", "live_mr", (uint64_t)atomic_load(&ctx->n_mr));
+	add(rec, "ctx.", "live_mw", (uint64_t)atomic_load(&ctx->n_mw));
+	add(rec, "ctx.", "live_cq", (uint64_t)atomic_load(&ctx->n_cq));
+	add(rec, "ctx.", "live_qp", (uint64_t)atomic_load(&ctx->n_qp));
+	if (pub)
+		for (struct tf_node *n = pub->nodes; n; n = n->stats_next)
+			add_node(rec, n);
+	return tf__stats_seal(rec, realtime_ns());
+}
+
+/* ---------------------------------------------------------- publishing */
+
+/* Copy the built record into the segment under its seqlock.  seq, req
+ * and ack are not part of the copy: they belong to the protocol.
+ * pub->lock must be held: it makes this the only writer. */
+static void publish(struct tf__stats_pub *pub, uint32_t size)
+{
+	uint8_t *seg = (uint8_t *)pub->seg;
+	const size_t proto = offsetof(struct tf_stats_hdr, seq);
+	const size_t proto_end = offsetof(struct tf_stats_hdr, flags);
+	uint32_t seq = __atomic_load_n(&pub->seg->seq, __ATOMIC_RELAXED);
+
+	/* Odd seq first, then the data: the release fence keeps the stores
+	 * of the copy from becoming visible before the odd value, so a
+	 * reader that sees the same even seq before and after its copy
+	 * copied no half-written record. */
+	__atomic_store_n(&pub->seg->seq, seq + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	memcpy(seg, pub->build, proto);
+	memcpy(seg + proto_end, pub->build + proto_end, size - proto_end);
+	__atomic_store_n(&pub->seg->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
+/* Refresh the snapshot if a reader asked and nobody else is on it. */
+void tf__stats_pub_poll(struct tf_context *ctx)
+{
+	struct tf__stats_pub *pub = ctx->stats_pub;
+	uint32_t req = __atomic_load_n(&pub->seg->req, __ATOMIC_RELAXED);
+
+	if (req == atomic_load_explicit(&pub->served, memory_order_relaxed) ||
+	    atomic_load_explicit(&pub->forked, memory_order_relaxed))
+		return;
+	/* Another thread publishing will answer, or the next call will: a
+	 * poller never waits here. */
+	if (pthread_mutex_trylock(&pub->lock))
+		return;
+	if (getpid() != pub->pid) {
+		/* A forked child inherited the mapping; only the parent
+		 * speaks for the context. */
+		atomic_store_explicit(&pub->forked, true, memory_order_relaxed);
+		goto out_unlock;
+	}
+	req = __atomic_load_n(&pub->seg->req, __ATOMIC_ACQUIRE);
+	publish(pub, collect(ctx, pub->build, SEG_CAPACITY, 0));
+	atomic_store_explicit(&pub->served, req, memory_order_relaxed);
+	__atomic_store_n(&pub->seg->ack, req, __ATOMIC_RELEASE);
+out_unlock:
+	pthread_mutex_unlock(&pub->lock);
+}
+
+static int pub_open(struct tf_context *ctx)
+{
+	struct tf__stats_pub *pub;
+	char tmp[80];
+	void *seg;
+	int ret;
+
+	pub = tf__calloc(1, sizeof(*pub));
+	if (!pub)
+		return -ENOMEM;
+	pub->build = tf__malloc(SEG_SIZE);
+	if (!pub->build) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	pub->pid = getpid();
+	snprintf(pub->path, sizeof(pub->path), "%s/%s%d.%u", TF_STATS_DIR,
+		 TF_STATS_PREFIX, (int)pub->pid, ctx->stats_id);
+	/* Built under a name readers ignore and renamed once complete, so
+	 * that no reader finds a file without its lock or its header.  A
+	 * leftover of an earlier process with our pid is replaced. */
+	snprintf(tmp, sizeof(tmp), "%s.new", pub->path);
+	pub->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+		       0600);
+	if (pub->fd < 0 && errno == EEXIST && !unlink(tmp))
+		pub->fd = open(
+			tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+			0600);
+	if (pub->fd < 0) {
+		ret = -errno;
+		tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: cannot create %s: %m",
+			    tmp);
+		goto err_build;
+	}
+	if (flock(pub->fd, LOCK_EX | LOCK_NB) || ftruncate(pub->fd, SEG_SIZE)) {
+		ret = -errno;
+		tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: %s: %m", tmp);
+		goto err_unlink;
+	}
+	seg = mmap(NULL, SEG_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, pub->fd,
+		   0);
+	if (seg == MAP_FAILED) {
+		ret = -errno;
+		tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: mmap %s: %m", tmp);
+		goto err_unlink;
+	}
+	pub->seg = seg;
+	pthread_mutex_init(&pub->lock, NULL);
+	/* The first snapshot (all zero) is there before anyone can look. */
+	publish(pub, collect(ctx, pub->build, SEG_CAPACITY, 0));
+	if (rename(tmp, pub->path)) {
+		ret = -errno;
+		tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: rename %s: %m", tmp);
+		goto err_unmap;
+	}
+	ctx->stats_pub = pub;
+	tf_log_debug(S, "publishing statistics in %s", pub->path);
+	return 0;
+
+err_unmap:
+	pthread_mutex_destroy(&pub->lock);
+	munmap(seg, SEG_SIZE);
+err_unlink:
+	unlink(tmp);
+	close(pub->fd);
+err_build:
+	tf__free(pub->build);
+err_free:
+	tf__free(pub);
+	return ret;
+}
+
+static void pub_close(struct tf_context *ctx)
+{
+	struct tf__stats_pub *pub = ctx->stats_pub;
+
+	if (!pub)
+		return;
+	ctx->stats_pub = NULL;
+	if (pub->nodes)
+		tf_log_warn(S, "context closed with nodes still listed");
+	/* Unlink before the lock goes with the fd: a reader never finds
+	 * the file of a live context unlocked.  A forked child leaves the
+	 * parent's file alone. */
+	if (getpid() == pub->pid && unlink(pub->path))
+		tf_log_warn(S, "cannot remove %s: %m", pub->path);
+	munmap(pub->seg, SEG_SIZE);
+	close(pub->fd);
+	pthread_mutex_destroy(&pub->lock);
+	tf__free(pub->build);
+	tf__free(pub);
+}
+
+void tf__stats_node_add(struct tf_context *ctx, struct tf_node *node)
+{
+	struct tf__stats_pub *pub = ctx->stats_pub;
+	struct tf_node **pp;
+
+	if (!pub)
+		return;
+	pthread_mutex_lock(&pub->lock);
+	node->stats_id = pub->next_node_id++;
+	node->stats_next = NULL;
+	for (pp = &pub->nodes; *pp; pp = &(*pp)->stats_next)
+		;
+	*pp = node;
+	pthread_mutex_unlock(&pub->lock);
+}
+
+void tf__stats_node_del(struct tf_context *ctx, struct tf_node *node)
+{
+	struct tf__stats_pub *pub = ctx->stats_pub;
+
+	if (!pub)
+		return;
+	pthread_mutex_lock(&pub->lock);
+	for (struct tf_node **pp = &pub->nodes; *pp; pp = &(*pp)->stats_next)
+		if (*pp == node) {
+			*pp = node->stats_next;
+			break;
+		}
+	pthread_mutex_unlock(&pub->lock);
+}
+
+/* ------------------------------------------------------------- dumping */
+
+/* The human-readable line of TOLLFREE_STATS=stdout|stderr. */
+static void dump_text(FILE *f, void *rec)
+{
+	struct tf_stats_rec r;
+	const char *name;
+	uint64_t v;
+
+	if (tf__stats_parse(rec, SEG_SIZE, &r))
+		return; /* cannot happen: we wrote it */
+	fprintf(f, "tollfree stats provider=%s device=%s", r.provider,
+		r.device);
+	for (uint32_t i = 0; i < r.n_entries; i++) {
+		tf__stats_entry(&r, i, &name, &v);
+		/* The context's own counters keep their historical names. */
+		if (!strncmp(name, "ctx.", 4))
+			name += 4;
+		fprintf(f, " %s=%" PRIu64, name, v);
+	}
+	fputc('\n', f);
+	fflush(f);
+}
+
+/* TOLLFREE_STATS=file:<path>: append one binary record in a single
+ * write, so that records of processes sharing the file do not mix. */
+static void dump_file(const char *path, const void *rec, uint32_t size)
+{
+	ssize_t n;
+	int fd;
+
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
+	if (fd < 0) {
+		tf_log_warn(S, "TOLLFREE_STATS: cannot open %s: %m", path);
+		return;
+	}
+	n = write(fd, rec, size);
+	if (n != (ssize_t)size)
+		tf_log_warn(S, "TOLLFREE_STATS: short write to %s: %m", path);
+	close(fd);
+}
+
+static void dump(struct tf_context *ctx)
+{
+	const char *dest = ctx->cfg.stats;
+	struct tf__stats_pub *pub = ctx->stats_pub;
+	uint32_t size;
+	void *rec;
+
+	if (!dest[0])
+		return;
+	if (strcmp(dest, "stdout") && strcmp(dest, "stderr") &&
+	    strncmp(dest, "file:", 5)) {
+		tf_log_warn(S, "TOLLFREE_STATS='%s' not understood", dest);
+		return;
+	}
+	rec = tf__malloc(SEG_SIZE);
+	if (!rec) {
+		tf_log_warn(S, "TOLLFREE_STATS: out of memory");
+		return;
+	}
+	if (pub)
+		pthread_mutex_lock(&pub->lock);
+	size = collect(ctx, rec, SEG_CAPACITY, TF_STATS_F_FINAL);
+	if (pub)
+		pthread_mutex_unlock(&pub->lock);
+	if (!strcmp(dest, "stdout"))
+		dump_text(stdout, rec);
+	else if (!strcmp(dest, "stderr"))
+		dump_text(stderr, rec);
+	else
+		dump_file(dest + 5, rec, size);
+	tf__free(rec);
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+void tf__stats_ctx_init(struct tf_context *ctx)
+{
+	ctx->stats_pub = NULL;
+	ctx->stats_id = atomic_fetch_add(&next_ctx_id, 1);
+	ctx->stats_start_ns = realtime_ns();
+	if (ctx->cfg.stats_publish)
+		pub_open(ctx); /* logged; the context works without it */
+}
+
+void tf__stats_ctx_fini(struct tf_context *ctx)
+{
+	dump(ctx);
+	pub_close(ctx);
+}

@@ -1,0 +1,586 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stats_publish: live statistics (TOLLFREE_STATS_PUBLISH) and dumps
+ * (TOLLFREE_STATS=file:) as `tollfree-info -s` shows them.
+ *  - The record parser refuses every kind of damage with its own error.
+ *  - A child publishes, does a known number of 1 KiB writes over the soft
+ *    provider, and waits in tf_context_progress(); `tollfree-info -s PID`
+ *    (and --json, and the listing of all) show exactly those counts, and
+ *    show more after the child did more: the snapshot is live.  Its
+ *    segment is 0600 and goes away when the context closes.
+ *  - The close-time dump of that context reads back with -s FILE; damaged
+ *    copies of it (truncated, bad magic, huge counts, ...) give a clean
+ *    error exit and no output.
+ *  - A segment whose owner died, and one nobody holds the lock of although
+ *    its pid lives, are recognised as stale and removed by the reader.
+ */
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/stats_fmt.h"
+#include "tf_test.h"
+
+#define N_WRITES 37
+#define N_MORE	 5
+#define MSG	 1024
+#define WAIT	 "20000" /* ms for the child to answer (--wait) */
+
+static char dir[64];
+static char dump_path[128];
+
+/* ------------------------------------------------------------ parser */
+
+static size_t make_record(uint8_t *buf, uint32_t cap)
+{
+	tf__stats_init(buf, cap, TF_STATS_F_FINAL, 42, 3, 1000, "soft", "dev",
+		       "prog");
+	tf__stats_add(buf, "ctx.a", 1);
+	tf__stats_add(buf, "ctx.b", UINT64_MAX);
+	tf__stats_add(buf, "node0.c", 7);
+	return tf__stats_seal(buf, 2000);
+}
+
+static void parser_checks(void)
+{
+	uint8_t buf[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
+	uint8_t bad[sizeof(buf)];
+	struct tf_stats_hdr *h = (struct tf_stats_hdr *)bad;
+	struct tf_stats_rec r;
+	const char *name;
+	uint64_t v;
+	size_t len = make_record(buf, 4);
+
+	CHECK(len == TF_STATS_HDR_SIZE + 3 * TF_STATS_ENTRY_SIZE);
+	CHECK_OK(tf__stats_parse(buf, len, &r));
+	CHECK(r.size == len && r.n_entries == 3 && r.pid == 42 &&
+	      r.ctx_id == 3 && r.start_ns == 1000 && r.update_ns == 2000 &&
+	      r.flags == TF_STATS_F_FINAL && !strcmp(r.provider, "soft") &&
+	      !strcmp(r.comm, "prog"));
+	tf__stats_entry(&r, 1, &name, &v);
+	CHECK(!strcmp(name, "ctx.b") && v == UINT64_MAX);
+	/* Full: the fifth counter is dropped, not written past the end. */
+	tf__stats_add(buf, "ctx.d", 4);
+	tf__stats_add(buf, "ctx.e", 5);
+	len = tf__stats_seal(buf, 3000);
+	CHECK_OK(tf__stats_parse(buf, len, &r));
+	CHECK(r.n_entries == 4 && r.dropped == 1);
+
+	/* Every prefix is truncated, none is read past its length. */
+	for (size_t n = 0; n < len; n++)
+		CHECK_ERR(tf__stats_parse(buf, n, &r), -ENODATA);
+	memcpy(bad, buf, len);
+	bad[1] ^= 0x20;
+	CHECK_ERR(tf__stats_parse(bad, len, &r), -EBADMSG);
+	CHECK_ERR(tf__stats_parse(bad, 3, &r), -EBADMSG);
+	memcpy(bad, buf, len);
+	h->version = 2;
+	CHECK_ERR(tf__stats_parse(bad, len, &r), -EPROTONOSUPPORT);
+	memcpy(bad, buf, len);
+	h->n_entries = UINT32_MAX;
+	CHECK_ERR(tf__stats_parse(bad, len, &r), -EOVERFLOW);
+	memcpy(bad, buf, len);
+	h->n_entries = 3; /* total_size no longer matches */
+	CHECK_ERR(tf__stats_parse(bad, len, &r), -EOVERFLOW);
+	memcpy(bad, buf, len);
+	h->entry_size = 0;
+	CHECK_ERR(tf__stats_parse(bad, len, &r), -EOVERFLOW);
+	memcpy(bad, buf, len);
+	h->hdr_size = 100;
+	CHECK_ERR(tf__stats_parse(bad, len, &r), -EOVERFLOW);
+	memcpy(bad, buf, len);
+	h->capacity = 2;
+	CHECK_ERR(tf__stats_parse(bad, len, &r), -EOVERFLOW);
+	memcpy(bad, buf, len);
+	memset(bad + TF_STATS_HDR_SIZE, 'x', TF_STATS_NAME_MAX);
+	CHECK_ERR(tf__stats_parse(bad, len, &r), -EILSEQ);
+	memcpy(bad, buf, len);
+	bad[TF_STATS_HDR_SIZE + TF_STATS_ENTRY_SIZE + 2] = '\n';
+	CHECK_ERR(tf__stats_parse(bad, len, &r), -EILSEQ);
+	memcpy(bad, buf, len);
+	bad[TF_STATS_HDR_SIZE] = '\0';
+	CHECK_ERR(tf__stats_parse(bad, len, &r), -EILSEQ);
+	/* Unterminated text fields come back terminated. */
+	memcpy(bad, buf, len);
+	memset(h->provider, 'p', sizeof(h->provider));
+	CHECK_OK(tf__stats_parse(bad, len, &r));
+	CHECK(strlen(r.provider) == sizeof(r.provider) - 1);
+}
+
+/* ------------------------------------------------------ tollfree-info */
+
+/* A whole file as a string (the tool's output). */
+static char *read_text(const char *path)
+{
+	size_t len = 0, cap = 4096;
+	char *buf = malloc(cap);
+	ssize_t n;
+	int fd = open(path, O_RDONLY);
+
+	CHECK(buf && fd >= 0);
+	while ((n = read(fd, buf + len, cap - len - 1)) > 0) {
+		len += (size_t)n;
+		if (cap - len == 1) {
+			cap *= 2;
+			buf = realloc(buf, cap);
+			CHECK(buf);
+		}
+	}
+	close(fd);
+	buf[len] = '\0';
+	return buf;
+}
+
+/* Run tollfree-info with @args (NULL-terminated); its stdout and stderr
+ * land in the strings returned.  Returns the exit status, or -1 if it
+ * died of a signal (a crash on bad input). */
+static int run_info(char **out_p, char **err_p, ...)
+{
+	char out_path[160], err_path[160];
+	const char *argv[8] = {TF_TEST_INFO_BIN};
+	int argc = 1, status;
+	va_list ap;
+	pid_t pid;
+
+	va_start(ap, err_p);
+	while (argc < 7 && (argv[argc] = va_arg(ap, const char *)))
+		argc++;
+	va_end(ap);
+	argv[argc] = NULL;
+	snprintf(out_path, sizeof(out_path), "%s/out", dir);
+	snprintf(err_path, sizeof(err_path), "%s/err", dir);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (!pid) {
+		int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		int e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
+			_exit(126);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	CHECK(waitpid(pid, &status, 0) == pid);
+	*out_p = read_text(out_path);
+	*err_p = read_text(err_path);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The value printed for counter @name in -s output ("  name  value"), or
+ * -1 if it is not there. */
+static long long counter(const char *out, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = out; (p = strstr(p, name)); p += n) {
+		if (p[-1] == ' ' && p[n] == ' ')
+			return strtoll(p + n, NULL, 10);
+	}
+	return -1;
+}
+
+/* ------------------------------------------------------------- child */
+
+struct child {
+	tf_context_t *ctx;
+	tf_pd_t *pd;
+	tf_cq_t *cq;
+	tf_qp_t *a, *b;
+	tf_mr_t *mr;
+	tf_node_t *node;
+	uint8_t *src, *dst;
+};
+
+static void child_open(struct child *c)
+{
+	tf_context_params_t cp = {
+		.field_mask =
+			TF_CONTEXT_PARAM_PROVIDER | TF_CONTEXT_PARAM_TRANSPORT,
+		.provider = "soft",
+		.transport = "shm",
+	};
+	tf_qp_params_t qpp;
+	uint8_t ba[TF_QP_ADDR_MAX], bb[TF_QP_ADDR_MAX];
+	size_t la = sizeof(ba), lb = sizeof(bb);
+
+	CHECK_OK(tf_context_open(&cp, &c->ctx));
+	CHECK_OK(tf_pd_create(c->ctx, &c->pd));
+	CHECK_OK(tf_cq_create(c->ctx, NULL, &c->cq));
+	qpp = (tf_qp_params_t){.send_cq = c->cq, .recv_cq = c->cq};
+	CHECK_OK(tf_qp_create(c->pd, &qpp, &c->a));
+	CHECK_OK(tf_qp_create(c->pd, &qpp, &c->b));
+	CHECK_OK(tf_qp_get_addr(c->a, ba, &la));
+	CHECK_OK(tf_qp_get_addr(c->b, bb, &lb));
+	CHECK_OK(tf_qp_connect(c->a, bb, lb));
+	CHECK_OK(tf_qp_connect(c->b, ba, la));
+	c->src = calloc(1, 2 * MSG);
+	CHECK(c->src);
+	c->dst = c->src + MSG;
+	CHECK_OK(tf_mr_reg(c->pd, c->src, 2 * MSG, TF_ACCESS_ALL, &c->mr));
+	/* A node too, so that its counters are published. */
+	CHECK_OK(tf_node_create(c->ctx, NULL, &c->node));
+}
+
+static void child_writes(struct child *c, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct tf_sge sge = {(uintptr_t)c->src, MSG, tf_mr_lkey(c->mr)};
+		struct tf_send_wr wr = {
+			.wr_id = (uint64_t)i,
+			.sg_list = &sge,
+			.num_sge = 1,
+			.opcode = TF_WR_RDMA_WRITE,
+			.send_flags = TF_SEND_SIGNALED,
+			.wr.rdma = {(uintptr_t)c->dst, tf_mr_rkey(c->mr)},
+		};
+		struct tf_wc wc;
+
+		CHECK_OK(tf_post_send(c->a, &wr, NULL));
+		CHECK(tf_cq_wait(c->cq, 1, &wc, 5000) == 1);
+		CHECK(wc.status == TF_WC_SUCCESS);
+	}
+}
+
+static void child_close(struct child *c)
+{
+	tf_node_destroy(c->node);
+	CHECK_OK(tf_mr_dereg(c->mr));
+	CHECK_OK(tf_qp_destroy(c->a));
+	CHECK_OK(tf_qp_destroy(c->b));
+	CHECK_OK(tf_cq_destroy(c->cq));
+	CHECK_OK(tf_pd_destroy(c->pd));
+	tf_context_close(c->ctx);
+	free(c->src);
+}
+
+/* Wait for a command byte from the parent, making progress meanwhile
+ * (that is when a reader's refresh request is answered). */
+static char child_wait(struct child *c, int fd)
+{
+	struct pollfd pfd = {.fd = fd, .events = POLLIN};
+	char cmd = 0;
+
+	for (;;) {
+		CHECK(tf_context_progress(c->ctx) >= 0);
+		if (poll(&pfd, 1, 1) == 1) {
+			CHECK(read(fd, &cmd, 1) == 1);
+			return cmd;
+		}
+	}
+}
+
+/* Commands: 'm' more writes, 'q' close and exit, 'k' exit without
+ * closing (a crash). */
+static void child_main(int cmd_fd, int ack_fd)
+{
+	struct child c;
+	char cmd;
+
+	tf_test_begin("stats_publish[child]");
+	memset(&c, 0, sizeof(c));
+	child_open(&c);
+	child_writes(&c, N_WRITES);
+	CHECK(write(ack_fd, "r", 1) == 1);
+	for (;;) {
+		cmd = child_wait(&c, cmd_fd);
+		if (cmd == 'm') {
+			child_writes(&c, N_MORE);
+			CHECK(write(ack_fd, "r", 1) == 1);
+		} else if (cmd == 'k') {
+			_exit(0);
+		} else {
+			break;
+		}
+	}
+	child_close(&c);
+	_exit(tf_test_end() == TF_TEST_PASS ? 0 : 1);
+}
+
+struct kid {
+	pid_t pid;
+	int cmd, ack;
+};
+
+static struct kid start_child(void)
+{
+	int to[2], from[2];
+	struct kid k;
+	char r;
+
+	CHECK(!pipe(to) && !pipe(from));
+	k.pid = fork();
+	CHECK(k.pid >= 0);
+	if (!k.pid) {
+		close(to[1]);
+		close(from[0]);
+		child_main(to[0], from[1]);
+	}
+	close(to[0]);
+	close(from[1]);
+	k.cmd = to[1];
+	k.ack = from[0];
+	CHECKF(read(k.ack, &r, 1) == 1, "child died before it was ready");
+	return k;
+}
+
+static void stop_child(struct kid *k, char how)
+{
+	int status;
+
+	CHECK(write(k->cmd, &how, 1) == 1);
+	CHECK(waitpid(k->pid, &status, 0) == k->pid);
+	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	       "child status 0x%x", status);
+	close(k->cmd);
+	close(k->ack);
+}
+
+static void seg_path(char *buf, size_t len, pid_t pid, unsigned id)
+{
+	snprintf(buf, len, "%s/%s%d.%u", TF_STATS_DIR, TF_STATS_PREFIX,
+		 (int)pid, id);
+}
+
+/* -------------------------------------------------------------- live */
+
+static void live_checks(void)
+{
+	struct kid k = start_child();
+	char pid_s[16], path[128], needle[64], *out, *err;
+	struct stat st;
+	char r;
+
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)k.pid);
+	seg_path(path, sizeof(path), k.pid, 0);
+	CHECKF(!stat(path, &st), "no segment %s", path);
+	CHECKF((st.st_mode & 0777) == 0600, "segment mode %o",
+	       st.st_mode & 0777);
+
+	/* A long --wait: the tool returns as soon as the child answers, and
+	 * a loaded machine may delay that past the default. */
+	CHECK(run_info(&out, &err, "-s", "--wait", WAIT, pid_s, NULL) == 0);
+	tf_test_info("tollfree-info -s %s:\n%s", pid_s, out);
+	CHECKF(!strstr(out, "not refreshed"), "owner did not answer");
+	CHECK(counter(out, "ctx.send_posted") == N_WRITES);
+	CHECK(counter(out, "ctx.cqe_ok") == N_WRITES);
+	CHECK(counter(out, "ctx.bytes_out") == N_WRITES * MSG);
+	CHECK(counter(out, "ctx.qp_created") == 2);
+	CHECK(counter(out, "ctx.live_qp") == 2);
+	/* The node's PD and MR count as well as ours. */
+	CHECK(counter(out, "ctx.mr_reg") >= 1);
+	CHECK(counter(out, "node0.sessions_opened") == 0);
+	CHECK(counter(out, "node0.pool.max_bytes") > 0);
+	CHECK(counter(out, "node0.rcache.max_regions") > 0);
+	free(out);
+	free(err);
+
+	/* Live: the next look sees what the child did since. */
+	CHECK(write(k.cmd, "m", 1) == 1);
+	CHECK(read(k.ack, &r, 1) == 1);
+	CHECK(run_info(&out, &err, "-s", "--json", "--wait", WAIT, pid_s,
+		       NULL) == 0);
+	snprintf(needle, sizeof(needle), "\"ctx.send_posted\": %d",
+		 N_WRITES + N_MORE);
+	CHECKF(strstr(out, needle), "no %s in\n%s", needle, out);
+	snprintf(needle, sizeof(needle), "\"pid\": %s,", pid_s);
+	CHECK(strstr(out, needle) && strstr(out, "\"refreshed\": true"));
+	free(out);
+	free(err);
+
+	/* The listing of every publisher has it (no wait: other publishers
+	 * on the host need not answer). */
+	CHECK(run_info(&out, &err, "-s", "--wait", "0", NULL) == 0);
+	snprintf(needle, sizeof(needle), "pid %s (", pid_s);
+	CHECKF(strstr(out, needle), "listing lacks %s", needle);
+	free(out);
+	free(err);
+
+	stop_child(&k, 'q');
+	CHECKF(stat(path, &st) && errno == ENOENT, "%s left after close", path);
+	CHECK(run_info(&out, &err, "-s", pid_s, NULL) == 1);
+	CHECK(!*out && strstr(err, "no process"));
+	free(out);
+	free(err);
+}
+
+/* -------------------------------------------------------------- dump */
+
+static void write_file(const char *path, const void *buf, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+	CHECK(fd >= 0);
+	CHECK(write(fd, buf, len) == (ssize_t)len);
+	close(fd);
+}
+
+static uint8_t *read_bytes(const char *path, size_t *len_p)
+{
+	struct stat st;
+	uint8_t *buf;
+	int fd = open(path, O_RDONLY);
+
+	CHECK(fd >= 0 && !fstat(fd, &st) && st.st_size > 0);
+	buf = malloc((size_t)st.st_size);
+	CHECK(buf);
+	CHECK(read(fd, buf, (size_t)st.st_size) == st.st_size);
+	close(fd);
+	*len_p = (size_t)st.st_size;
+	return buf;
+}
+
+static void expect_refused(const char *what, const void *buf, size_t len)
+{
+	char path[160], *out, *err;
+	int ret;
+
+	snprintf(path, sizeof(path), "%s/bad", dir);
+	write_file(path, buf, len);
+	ret = run_info(&out, &err, "-s", path, NULL);
+	CHECKF(ret == 1, "%s: exit %d", what, ret);
+	CHECKF(!*out, "%s: printed\n%s", what, out);
+	CHECKF(strstr(err, "tollfree-info: "), "%s: no message", what);
+	tf_test_info("%s: %s", what, err);
+	free(out);
+	free(err);
+}
+
+static void dump_checks(void)
+{
+	struct tf_stats_hdr *h;
+	uint8_t *buf, *bad;
+	char *out, *err;
+	size_t len;
+
+	/* The live child's context appended its record when it closed. */
+	CHECK(run_info(&out, &err, "-s", dump_path, NULL) == 0);
+	CHECK(strstr(out, "closed after"));
+	CHECK(counter(out, "ctx.send_posted") == N_WRITES + N_MORE);
+	CHECK(counter(out, "ctx.bytes_out") == (N_WRITES + N_MORE) * MSG);
+	CHECK(counter(out, "ctx.live_qp") == 0);
+	free(out);
+	free(err);
+
+	buf = read_bytes(dump_path, &len);
+	CHECK(len > TF_STATS_HDR_SIZE);
+	bad = malloc(len + 16);
+	CHECK(bad);
+	h = (struct tf_stats_hdr *)bad;
+
+	expect_refused("empty file", buf, 0);
+	expect_refused("truncated header", buf, 100);
+	expect_refused("truncated entries", buf, len - 1);
+	memcpy(bad, buf, len);
+	bad[0] = 'X';
+	expect_refused("bad magic", bad, len);
+	memcpy(bad, buf, len);
+	h->n_entries = UINT32_MAX;
+	expect_refused("huge entry count", bad, len);
+	memcpy(bad, buf, len);
+	h->total_size = UINT32_MAX;
+	expect_refused("huge total size", bad, len);
+	memcpy(bad, buf, len);
+	h->entry_size = 1u << 30;
+	expect_refused("huge entry size", bad, len);
+	memcpy(bad, buf, len);
+	bad[TF_STATS_HDR_SIZE + 1] = 1;
+	expect_refused("control byte in a name", bad, len);
+	memcpy(bad, buf, len);
+	memcpy(bad + len, "TFSTATS", 8);
+	expect_refused("trailing partial record", bad, len + 8);
+	free(bad);
+	free(buf);
+}
+
+/* ------------------------------------------------------------- stale */
+
+static void stale_checks(void)
+{
+	struct kid k = start_child();
+	char pid_s[16], path[128], fake[128], *out, *err;
+	uint8_t rec[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
+	struct stat st;
+	size_t len;
+
+	/* A process that dies without closing leaves its segment behind. */
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)k.pid);
+	seg_path(path, sizeof(path), k.pid, 0);
+	stop_child(&k, 'k');
+	CHECKF(!stat(path, &st), "%s vanished with its owner", path);
+	CHECK(run_info(&out, &err, "-s", pid_s, NULL) == 1);
+	CHECKF(strstr(err, "removed stale") && strstr(err, "no process"),
+	       "stale segment not reported:\n%s", err);
+	CHECKF(stat(path, &st) && errno == ENOENT, "stale %s not removed",
+	       path);
+	free(out);
+	free(err);
+
+	/* A segment of a live pid (ours) that nobody holds locked is stale
+	 * too: the pid was reused. */
+	seg_path(fake, sizeof(fake), getpid(), 999);
+	len = make_record(rec, 4);
+	write_file(fake, rec, len);
+	CHECK(run_info(&out, &err, "-s", NULL) == 0);
+	CHECKF(strstr(err, "removed stale") && !strstr(out, "context 999"),
+	       "unlocked segment shown:\n%s\n%s", out, err);
+	CHECKF(stat(fake, &st) && errno == ENOENT, "stale %s not removed",
+	       fake);
+	free(out);
+	free(err);
+}
+
+int main(void)
+{
+	char *out, *err;
+
+	/* Before anything reads the configuration (once per process):
+	 * every context of this test and its children publishes and dumps.
+	 * The crossover is fixed so that the child's node does not measure
+	 * it. */
+	snprintf(dir, sizeof(dir), "/tmp/tf_stats_XXXXXX");
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		return TF_TEST_FAIL;
+	}
+	snprintf(dump_path, sizeof(dump_path), "%s/dump", dir);
+	setenv("TOLLFREE_STATS_PUBLISH", "y", 1);
+	snprintf(out = malloc(160), 160, "file:%s", dump_path);
+	setenv("TOLLFREE_STATS", out, 1);
+	free(out);
+	setenv("TOLLFREE_REG_CROSSOVER", "4K", 1);
+	tf_test_begin("stats_publish");
+
+	if (access(TF_STATS_DIR, W_OK))
+		tf_test_skip("%s is not writable", TF_STATS_DIR);
+	parser_checks();
+	live_checks();
+	dump_checks();
+	stale_checks();
+
+	/* Usage errors. */
+	CHECK(run_info(&out, &err, "-s", "1", "2", NULL) == 2);
+	free(out);
+	free(err);
+	CHECK(run_info(&out, &err, "--json", NULL) == 2);
+	free(out);
+	free(err);
+
+	{
+		char p[160];
+
+		snprintf(p, sizeof(p), "%s/out", dir);
+		unlink(p);
+		snprintf(p, sizeof(p), "%s/err", dir);
+		unlink(p);
+		snprintf(p, sizeof(p), "%s/bad", dir);
+		unlink(p);
+		unlink(dump_path);
+		rmdir(dir);
+	}
+	return tf_test_end();
+}

@@ -181,10 +181,11 @@ enum tf_listener_flags {
 	 * not sleep on tf_listener_fd() waiting for the next session of a
 	 * kept connection.  The listener then polls the control QPs of its
 	 * kept connections instead of arming their completion fds: a
-	 * client's OPEN costs no doorbell system call and no wake-up.
-	 * tf_listener_fd() still reports new connections and handshake
-	 * bytes, not OPENs on kept connections; a blocking
-	 * tf_listener_accept() spins.
+	 * client's OPEN costs no doorbell system call and no wake-up.  It
+	 * looks for the end of those connections every millisecond rather
+	 * than keeping their sockets in its epoll set.  tf_listener_fd()
+	 * still reports new connections and handshake bytes, not OPENs on
+	 * kept connections; a blocking tf_listener_accept() spins.
 	 */
 	TF_LISTENER_BUSY_POLL = 1u << 0,
 };

@@ -641,8 +641,15 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
 	struct tf_conn *old;
 
+	/* A busy-polling listener does not watch the socket of a kept
+	 * connection with a control QP: the next OPEN comes on the QP, and
+	 * the socket's end is looked for every TF_LISTENER_SOCKCHECK_NS
+	 * (tf_listener_accept).  Adding it to the epoll set and removing it
+	 * again cost more than the rest of the session's accept. */
+	c->sock_watched = !(l->busy_poll && c->ctl.ready);
 	if (l->dead || !l->node->qp_cache || c->broken ||
-	    epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
+	    (c->sock_watched &&
+	     epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev))) {
 		tf__conn_destroy(c);
 		return;
 	}
@@ -686,7 +693,9 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 /* Take @c's fds out of the listener's epoll set. */
 static void listener_unwatch(struct tf_listener *l, struct tf_conn *c)
 {
-	epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	if (c->sock_watched)
+		epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	c->sock_watched = false;
 	if (c->ctl_watched)
 		epoll_ctl(l->epfd, EPOLL_CTL_DEL, tf_cq_fd(c->ctl.cq), NULL);
 	c->ctl_watched = c->ctl_armed = false;
@@ -928,6 +937,30 @@ err:
 	return 0;
 }
 
+/* A busy-polling listener's kept connections whose sockets are not in
+ * the epoll set: the end of any of them (or bytes, a protocol error) is
+ * served as an event.  Returns what serve_conn does (never 1 here: an
+ * error drops the connection). */
+static int check_sockets(struct tf_listener *l,
+			 const tf_session_params_t *params,
+			 struct tf_session **s_p)
+{
+	for (struct tf_conn *c = l->conns.next; c != &l->conns; c = c->next) {
+		int r;
+
+		if (c->hs != TF_CONN_IDLE || c->sock_watched)
+			continue;
+		r = tf__ctl_tcp_check(c);
+		if (!r)
+			continue;
+		if (serve_conn(l, c, params, true, r, s_p) == 1)
+			return 1;
+		/* The list changed: the others are looked at next time. */
+		break;
+	}
+	return 0;
+}
+
 /* Poll the control QPs of the kept connections for their next OPEN:
  * 1 with *@s_p set when a session opened. */
 static int scan_ctl(struct tf_listener *l, const tf_session_params_t *params,
@@ -984,6 +1017,12 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 			continue;
 		}
 		l->epoll_ns = now;
+		if (l->busy_poll &&
+		    now - l->sockcheck_ns >= TF_LISTENER_SOCKCHECK_NS) {
+			l->sockcheck_ns = now;
+			if (check_sockets(l, params, s_p))
+				return 0;
+		}
 		/* Kept connections whose next OPEN comes on the control QP
 		 * are armed for the fd when they are not (an event consumed
 		 * the arm); an OPEN found by the arm's second look means
@@ -1065,6 +1104,7 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 						tf__conn_destroy(c);
 						continue;
 					}
+					c->sock_watched = true;
 					tf__conn_link(&l->conns, c);
 					l->n_pending++;
 				}

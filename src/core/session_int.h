@@ -24,6 +24,8 @@
 #define TF_LISTENER_MAX_PENDING 256
 /* A busy-polling listener looks at its sockets at least this often. */
 #define TF_LISTENER_EPOLL_NS 20000ull
+/* ... and at the sockets of its kept connections this often. */
+#define TF_LISTENER_SOCKCHECK_NS 1000000ull
 
 /*
  * The control QP of a connection (session_ctl.c): TF_CTL_RECV receive
@@ -89,6 +91,7 @@ struct tf_conn {
 	/* The memory of this connection's last session, for the next. */
 	struct tf_session *spare;
 	uint64_t tcp_check_ns; /* last look at the socket (QP control) */
+	bool sock_watched;     /* listener: its socket is in the epoll set */
 	bool ctl_watched;      /* idle: its control CQ is in the epoll set */
 	bool ctl_armed;	       /* idle: its control CQ's fd is armed */
 };
@@ -136,7 +139,8 @@ struct tf_listener {
 	uint16_t port;
 	bool busy_poll;	   /* TF_LISTENER_BUSY_POLL: control CQs never armed */
 	uint64_t epoll_ns; /* busy_poll: the last look at the sockets */
-	struct tf_conn conns; /* list head: handshaking and idle */
+	uint64_t sockcheck_ns; /* busy_poll: the last look at unwatched ones */
+	struct tf_conn conns;  /* list head: handshaking and idle */
 	unsigned n_idle, n_pending;
 	/* Sessions accepted and not yet closed hold a reference, so that
 	 * their close can still hand the connection back (or drop it if the

@@ -30,9 +30,12 @@
 #endif
 #endif
 
+#define MAX_FDS 256
+
 struct sample {
 	uint64_t pinned;
 	long fds, rss;
+	char what[MAX_FDS][64]; /* readlink of each fd, for a report */
 };
 
 static long rss(void)
@@ -75,7 +78,7 @@ static long fds(void)
  * A connection whose QP was destroyed may stay open in the transport for
  * a while (the soft tcp transport drains and closes it in later progress
  * calls, within 2 s).  Make progress until the fd count has been the same
- * for 20 ms, so that a sample never counts a socket on its way out: a
+ * for 100 ms, so that a sample never counts a socket on its way out: a
  * leaked fd does not go away by making progress.
  */
 static long settled_fds(struct tf_pair *p)
@@ -83,7 +86,7 @@ static long settled_fds(struct tf_pair *p)
 	long last = fds();
 	double t0 = now_s(), same = t0;
 
-	while (now_s() - t0 < 3.0 && now_s() - same < 0.02) {
+	while (now_s() - t0 < 3.0 && now_s() - same < 0.1) {
 		long n;
 
 		CHECK_OK(tf_context_progress(p->ctx));
@@ -97,11 +100,50 @@ static long settled_fds(struct tf_pair *p)
 	return last;
 }
 
+/* What each open fd is (socket:[inode], anon_inode:[eventfd], ...). */
+static void fd_list(struct sample *s)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int i = 0;
+
+	memset(s->what, 0, sizeof(s->what));
+	if (!d)
+		return;
+	while ((e = readdir(d)) && i < MAX_FDS) {
+		char path[300];
+		ssize_t n;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		n = readlink(path, s->what[i], sizeof(s->what[i]) - 1);
+		if (n > 0)
+			i++;
+	}
+	closedir(d);
+}
+
+/* The fds in @a that @b does not have. */
+static void fd_diff(const char *label, const struct sample *a,
+		    const struct sample *b)
+{
+	for (int i = 0; i < MAX_FDS && a->what[i][0]; i++) {
+		bool found = false;
+
+		for (int j = 0; j < MAX_FDS && b->what[j][0] && !found; j++)
+			found = !strcmp(a->what[i], b->what[j]);
+		if (!found)
+			tf_test_info("%s: %s", label, a->what[i]);
+	}
+}
+
 static void sample(struct tf_pair *p, struct sample *s)
 {
 	tf_context_stats_t cs;
 
 	s->fds = settled_fds(p);
+	fd_list(s);
 	CHECK_OK(tf_context_query_stats(p->ctx, &cs));
 	s->pinned = cs.pinned_bytes;
 	s->rss = rss();
@@ -111,7 +153,7 @@ int main(void)
 {
 	const char *e = getenv("TF_TEST_SESSIONS");
 	int n, warm;
-	struct sample s0 = {0}, s1;
+	static struct sample s0, s1;
 	struct tf_pair p;
 	tf_node_t *node;
 	tf_listener_t *l = NULL;
@@ -194,6 +236,10 @@ int main(void)
 		CHECK(st.qp_reused > 0);
 	}
 	CHECK(s1.pinned == s0.pinned);
+	if (s1.fds != s0.fds) {
+		fd_diff("fd only at the start", &s0, &s1);
+		fd_diff("fd only at the end", &s1, &s0);
+	}
 	CHECK(s1.fds == s0.fds);
 	/* RSS may move by allocator noise, not by a per-session leak:
 	 * 16 bytes a session would already exceed this bound. */

@@ -403,6 +403,8 @@ struct srv {
 
 /* How long the server keeps spinning after its last activity. */
 #define SRV_SPIN_NS 2000000ull
+/* How often it looks at listeners and sockets while a session is open. */
+#define SRV_LOOK_NS 20000ull
 
 /* Epoll tags: listeners 0..R_COUNT-1, then these. */
 #define TAG_TCP_LISTEN 100
@@ -708,8 +710,9 @@ static int crr_server(const struct crr_opts *o, int chlfd, const char *host,
 	if (ret)
 		goto out;
 
-	for (uint64_t last_busy = 0;;) {
-		bool busy = false;
+	for (uint64_t last_busy = 0, last_look = 0;;) {
+		bool busy = false, active = false;
+		uint64_t now;
 		int n;
 
 		/* Spin while a session is open (the tcp transport needs
@@ -723,11 +726,20 @@ static int crr_server(const struct crr_opts *o, int chlfd, const char *host,
 		 * whose bytes were already read must not wait for another
 		 * event (nor miss its deadline). */
 		for (int i = 0; i < SRV_MAX_ACTIVE; i++)
-			busy = busy || sv.act[i].s;
+			active = active || sv.act[i].s;
+		now = now_ns();
+		busy = active;
 		if (busy)
-			last_busy = now_ns();
+			last_busy = now;
 		else
-			busy = now_ns() - last_busy < SRV_SPIN_NS;
+			busy = now - last_busy < SRV_SPIN_NS;
+		/* While a session is open, its messages come first: the
+		 * listeners and sockets (a system call) are looked at every
+		 * SRV_LOOK_NS only.  The single client runs one session at a
+		 * time, and no TCP mode has a session open. */
+		if (active && now - last_look < SRV_LOOK_NS)
+			goto serve;
+		last_look = now;
 		n = epoll_wait(sv.epfd, evs, ARRAY_SIZE(evs), busy ? 0 : 1);
 		if (n > 0)
 			last_busy = now_ns();
@@ -764,6 +776,7 @@ static int crr_server(const struct crr_opts *o, int chlfd, const char *host,
 			if (ret)
 				goto out;
 		}
+	serve:
 		for (int i = 0; i < SRV_MAX_ACTIVE; i++) {
 			if (!sv.act[i].s)
 				continue;

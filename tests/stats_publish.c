@@ -49,7 +49,7 @@ static size_t make_record(uint8_t *buf, uint32_t cap)
 static void parser_checks(void)
 {
 	uint8_t buf[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
-	uint8_t bad[sizeof(buf)];
+	uint8_t bad[sizeof(buf)] = {0};
 	struct tf_stats_hdr *h = (struct tf_stats_hdr *)bad;
 	struct tf_stats_rec r;
 	const char *name;
@@ -126,9 +126,11 @@ static char *read_text(const char *path)
 	while ((n = read(fd, buf + len, cap - len - 1)) > 0) {
 		len += (size_t)n;
 		if (cap - len == 1) {
+			char *nb = realloc(buf, cap * 2);
+
+			CHECK(nb);
+			buf = nb;
 			cap *= 2;
-			buf = realloc(buf, cap);
-			CHECK(buf);
 		}
 	}
 	close(fd);
@@ -363,7 +365,8 @@ static void live_checks(void)
 
 	/* A long --wait: the tool returns as soon as the child answers, and
 	 * a loaded machine may delay that past the default. */
-	CHECK(run_info(&out, &err, "-s", "--wait", WAIT, pid_s, NULL) == 0);
+	CHECK(run_info(&out, &err, "-s", "--wait", WAIT, pid_s, (char *)NULL) ==
+	      0);
 	tf_test_info("tollfree-info -s %s:\n%s", pid_s, out);
 	CHECKF(!strstr(out, "not refreshed"), "owner did not answer");
 	CHECK(counter(out, "ctx.send_posted") == N_WRITES);
@@ -383,7 +386,7 @@ static void live_checks(void)
 	CHECK(write(k.cmd, "m", 1) == 1);
 	CHECK(read(k.ack, &r, 1) == 1);
 	CHECK(run_info(&out, &err, "-s", "--json", "--wait", WAIT, pid_s,
-		       NULL) == 0);
+		       (char *)NULL) == 0);
 	snprintf(needle, sizeof(needle), "\"ctx.send_posted\": %d",
 		 N_WRITES + N_MORE);
 	CHECKF(strstr(out, needle), "no %s in\n%s", needle, out);
@@ -394,7 +397,7 @@ static void live_checks(void)
 
 	/* The listing of every publisher has it (no wait: other publishers
 	 * on the host need not answer). */
-	CHECK(run_info(&out, &err, "-s", "--wait", "0", NULL) == 0);
+	CHECK(run_info(&out, &err, "-s", "--wait", "0", (char *)NULL) == 0);
 	snprintf(needle, sizeof(needle), "pid %s (", pid_s);
 	CHECKF(strstr(out, needle), "listing lacks %s", needle);
 	free(out);
@@ -402,7 +405,7 @@ static void live_checks(void)
 
 	stop_child(&k, 'q');
 	CHECKF(stat(path, &st) && errno == ENOENT, "%s left after close", path);
-	CHECK(run_info(&out, &err, "-s", pid_s, NULL) == 1);
+	CHECK(run_info(&out, &err, "-s", pid_s, (char *)NULL) == 1);
 	CHECK(!*out && strstr(err, "no process"));
 	free(out);
 	free(err);
@@ -441,7 +444,7 @@ static void expect_refused(const char *what, const void *buf, size_t len)
 
 	snprintf(path, sizeof(path), "%s/bad", dir);
 	write_file(path, buf, len);
-	ret = run_info(&out, &err, "-s", path, NULL);
+	ret = run_info(&out, &err, "-s", path, (char *)NULL);
 	CHECKF(ret == 1, "%s: exit %d", what, ret);
 	CHECKF(!*out, "%s: printed\n%s", what, out);
 	CHECKF(strstr(err, "tollfree-info: "), "%s: no message", what);
@@ -458,7 +461,7 @@ static void dump_checks(void)
 	size_t len;
 
 	/* The live child's context appended its record when it closed. */
-	CHECK(run_info(&out, &err, "-s", dump_path, NULL) == 0);
+	CHECK(run_info(&out, &err, "-s", dump_path, (char *)NULL) == 0);
 	CHECK(strstr(out, "closed after"));
 	CHECK(counter(out, "ctx.send_posted") == N_WRITES + N_MORE);
 	CHECK(counter(out, "ctx.bytes_out") == (N_WRITES + N_MORE) * MSG);
@@ -512,7 +515,7 @@ static void stale_checks(void)
 	seg_path(path, sizeof(path), k.pid, 0);
 	stop_child(&k, 'k');
 	CHECKF(!stat(path, &st), "%s vanished with its owner", path);
-	CHECK(run_info(&out, &err, "-s", pid_s, NULL) == 1);
+	CHECK(run_info(&out, &err, "-s", pid_s, (char *)NULL) == 1);
 	CHECKF(strstr(err, "removed stale") && strstr(err, "no process"),
 	       "stale segment not reported:\n%s", err);
 	CHECKF(stat(path, &st) && errno == ENOENT, "stale %s not removed",
@@ -525,7 +528,7 @@ static void stale_checks(void)
 	seg_path(fake, sizeof(fake), getpid(), 999);
 	len = make_record(rec, 4);
 	write_file(fake, rec, len);
-	CHECK(run_info(&out, &err, "-s", NULL) == 0);
+	CHECK(run_info(&out, &err, "-s", (char *)NULL) == 0);
 	CHECKF(strstr(err, "removed stale") && !strstr(out, "context 999"),
 	       "unlocked segment shown:\n%s\n%s", out, err);
 	CHECKF(stat(fake, &st) && errno == ENOENT, "stale %s not removed",
@@ -563,10 +566,10 @@ int main(void)
 	stale_checks();
 
 	/* Usage errors. */
-	CHECK(run_info(&out, &err, "-s", "1", "2", NULL) == 2);
+	CHECK(run_info(&out, &err, "-s", "1", "2", (char *)NULL) == 2);
 	free(out);
 	free(err);
-	CHECK(run_info(&out, &err, "--json", NULL) == 2);
+	CHECK(run_info(&out, &err, "--json", (char *)NULL) == 2);
 	free(out);
 	free(err);
 

@@ -287,7 +287,7 @@ static const char *printable(const char *s, char *buf, size_t len)
 	size_t i;
 
 	for (i = 0; s[i] && i + 1 < len; i++)
-		buf[i] = (s[i] < ' ' || s[i] > '~') ? '?' : s[i];
+		buf[i] = (char)((s[i] < ' ' || s[i] > '~') ? '?' : s[i]);
 	buf[i] = '\0';
 	return buf;
 }
@@ -710,7 +710,7 @@ static int stats_live(struct stats_out *o, uint32_t pid, int wait_ms)
 		return 1;
 	}
 	while ((de = readdir(d))) {
-		struct seg s;
+		struct seg s = {0};
 
 		if (!segment_name(de->d_name, &s.pid, &s.id) ||
 		    (pid && s.pid != pid))

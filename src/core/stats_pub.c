@@ -66,8 +66,14 @@ static uint64_t realtime_ns(void)
 static void add(void *rec, const char *prefix, const char *name, uint64_t v)
 {
 	char full[TF_STATS_NAME_MAX];
-	size_t pl = strnlen(prefix, sizeof(full) - 1);
-	size_t nl = strnlen(name, sizeof(full) - 1 - pl);
+	/* Our own prefixes and field names, terminated and short; clamped
+	 * anyway so that a long one is cut, not overflowed. */
+	size_t pl = strlen(prefix);
+	size_t nl;
+
+	if (pl > sizeof(full) - 1)
+		pl = sizeof(full) - 1;
+	nl = strnlen(name, sizeof(full) - 1 - pl);
 
 	memcpy(full, prefix, pl);
 	memcpy(full + pl, name, nl);

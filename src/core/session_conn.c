@@ -770,11 +770,8 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 {
 	struct tf_node *node = l->node;
 	struct tf_wire_open req;
-	const uint8_t *mac, *blob, *priv, *ctl;
 	uint8_t want[TF_WIRE_MAC];
 	struct tf_session *s;
-	uint32_t reuse;
-	uint16_t blob_len, priv_len, ctl_len = 0;
 	bool idle = c->hs == TF_CONN_IDLE;
 	int ret;
 
@@ -782,27 +779,19 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 	ret = tf__wire_parse_open(&c->rx, node->psk_len && !idle, &req);
 	if (ret)
 		return ret;
-	mac = req.mac;
-	reuse = req.reuse_id;
-	blob = req.blob;
-	blob_len = req.blob_len;
-	priv = req.priv;
-	priv_len = req.priv_len;
-	ctl = req.ctl;
-	ctl_len = req.ctl_len;
 	/* A kept connection's control QP was set up with its first
 	 * session. */
-	if (idle && ctl_len) {
+	if (idle && req.ctl_len) {
 		tf_log_warn(S, "handshake: OPEN on a kept connection names a "
 			       "control QP");
 		return -TF_EWIRE;
 	}
-	if (mac) {
+	if (req.mac) {
 		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-c",
 				   c->nonce_s, c->nonce_c, want);
 		if (ret)
 			return ret;
-		if (!tf__wire_mac_equal(mac, want)) {
+		if (!tf__wire_mac_equal(req.mac, want)) {
 			tf_log_warn(S, "handshake: peer failed to prove the "
 				       "pre-shared key");
 			STAT(node, auth_failures);
@@ -810,11 +799,11 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 		}
 	}
 	if (idle) {
-		if (reuse != c->id || blob_len) {
+		if (req.reuse_id != c->id || req.blob_len) {
 			tf_log_warn(S,
 				    "handshake: OPEN on kept connection %u "
 				    "names %u with a %u-byte blob",
-				    c->id, reuse, blob_len);
+				    c->id, req.reuse_id, req.blob_len);
 			return -TF_EWIRE;
 		}
 		/* A QP that failed while idle is not reused. */
@@ -826,11 +815,11 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 	} else {
 		uint32_t sd = 256, rd = 256;
 
-		if (reuse || !blob_len) {
+		if (req.reuse_id || !req.blob_len) {
 			tf_log_warn(S,
 				    "handshake: first OPEN names "
 				    "connection %u with a %u-byte blob",
-				    reuse, blob_len);
+				    req.reuse_id, req.blob_len);
 			return -TF_EWIRE;
 		}
 		if (params && (params->field_mask & TF_SESSION_PARAM_QP)) {
@@ -840,7 +829,7 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 		ret = tf__conn_new_qp(node, c, sd, rd);
 		if (ret)
 			return ret;
-		ret = tf_qp_connect(c->qp, blob, blob_len);
+		ret = tf_qp_connect(c->qp, req.blob, req.blob_len);
 		if (ret) {
 			tf_log_warn(S, "handshake: peer QP address refused: %s",
 				    tf_strerror(ret));
@@ -848,8 +837,8 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 		}
 		/* Without a control QP the connection still works: its later
 		 * sessions send their control messages on the socket. */
-		if (ctl_len && node->qp_cache && !tf__ctl_create(node, c) &&
-		    tf__ctl_connect(c, ctl, ctl_len))
+		if (req.ctl_len && node->qp_cache && !tf__ctl_create(node, c) &&
+		    tf__ctl_connect(c, req.ctl, req.ctl_len))
 			tf__ctl_destroy(c);
 		c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
 	}
@@ -860,8 +849,8 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 	s->qctl = idle && c->ctl.ready;
 	if (idle)
 		STAT(node, qp_reused);
-	memcpy(s->priv, priv, priv_len);
-	s->priv_len = priv_len;
+	memcpy(s->priv, req.priv, req.priv_len);
+	s->priv_len = req.priv_len;
 	s->deferred = true;
 	*s_p = s;
 	return 0;
@@ -1174,9 +1163,6 @@ static int client_accept(struct tf_session *s, bool reused)
 {
 	struct tf_conn *c = s->c;
 	struct tf_wire_accept acc;
-	const uint8_t *blob, *ctl;
-	uint32_t id;
-	uint16_t blob_len, ctl_len;
 	int ret;
 
 	tf__wire_rx_reset(&c->rx);
@@ -1196,13 +1182,8 @@ static int client_accept(struct tf_session *s, bool reused)
 	ret = tf__wire_parse_accept(&c->rx, &acc);
 	if (ret)
 		return ret;
-	id = acc.conn_id;
-	blob = acc.blob;
-	blob_len = acc.blob_len;
-	ctl = acc.ctl;
-	ctl_len = acc.ctl_len;
-	if ((reused != !blob_len) || (reused && id != c->id) ||
-	    (ctl_len && (reused || !c->ctl.qp))) {
+	if ((reused != !acc.blob_len) || (reused && acc.conn_id != c->id) ||
+	    (acc.ctl_len && (reused || !c->ctl.qp))) {
 		tf_log_warn(S, "handshake: malformed ACCEPT");
 		return -TF_EWIRE;
 	}
@@ -1210,8 +1191,8 @@ static int client_accept(struct tf_session *s, bool reused)
 	if (ret)
 		return ret;
 	if (!reused) {
-		c->id = id;
-		ret = tf_qp_connect(c->qp, blob, blob_len);
+		c->id = acc.conn_id;
+		ret = tf_qp_connect(c->qp, acc.blob, acc.blob_len);
 		if (ret) {
 			tf_log_warn(S, "server QP address refused: %s",
 				    tf_strerror(ret));
@@ -1219,8 +1200,8 @@ static int client_accept(struct tf_session *s, bool reused)
 		}
 		/* The server connected a control QP to ours (and will expect
 		 * the next session's OPEN there), or has none. */
-		if (ctl_len) {
-			ret = tf__ctl_connect(c, ctl, ctl_len);
+		if (acc.ctl_len) {
+			ret = tf__ctl_connect(c, acc.ctl, acc.ctl_len);
 			if (ret)
 				return ret;
 		} else {

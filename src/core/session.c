@@ -1050,8 +1050,11 @@ void tf_session_close(tf_session_t *s)
 
 		tf__wire_init(&m, TF_WIRE_REJECT);
 		tf__wire_put_u32(&m, ECONNREFUSED);
-		if (!tf__wire_finish(&m))
-			tf__sess_ctl_send(s, &m, 100);
+		/* The connection is destroyed below: a REJECT on the control
+		 * QP must leave before its QP goes. */
+		if (!tf__wire_finish(&m) && !tf__sess_ctl_send(s, &m, 100) &&
+		    s->qctl)
+			tf__ctl_flush(c, 100);
 		c->broken = true;
 	} else if (!s->broken) {
 		struct tf_wire_msg m;

@@ -594,7 +594,8 @@ err_free:
 	return ret;
 }
 
-static void listener_free(struct tf_listener *l)
+/* Close the handshaking and idle connections (sessions own the others). */
+static void listener_close_conns(struct tf_listener *l)
 {
 	struct tf_conn *c;
 
@@ -602,6 +603,12 @@ static void listener_free(struct tf_listener *l)
 		tf__conn_unlink(c);
 		tf__conn_destroy(c);
 	}
+	l->n_idle = l->n_pending = 0;
+}
+
+static void listener_free(struct tf_listener *l)
+{
+	listener_close_conns(l);
 	close(l->efd);
 	close(l->epfd);
 	tf__free(l);
@@ -615,6 +622,11 @@ void tf_listener_destroy(tf_listener_t *l)
 	close(l->lfd);
 	l->lfd = -1;
 	l->dead = true;
+	/* The kept connections close now, also while sessions are still
+	 * open (their connections are not in the list, and are destroyed
+	 * at their close): a client must not send its next OPEN to a
+	 * listener that will never read it. */
+	listener_close_conns(l);
 	if (!l->refs)
 		listener_free(l);
 }
@@ -636,6 +648,8 @@ int tf_listener_fd(const tf_listener_t *l)
 }
 
 /* Watch @c on the listener for the next OPEN (server side, idle). */
+static void listener_unwatch(struct tf_listener *l, struct tf_conn *c);
+
 void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 {
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
@@ -666,8 +680,15 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 		int cfd = tf_cq_fd(c->ctl.cq);
 
 		ev.data.u64 = (uint64_t)(uintptr_t)c | EV_CQ;
-		if (cfd >= 0 && !epoll_ctl(l->epfd, EPOLL_CTL_ADD, cfd, &ev))
-			c->ctl_watched = true;
+		if (cfd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, cfd, &ev)) {
+			/* The listener fd could not report its next OPEN. */
+			tf_log_warn(S, "cannot watch a control QP: %m");
+			if (c->sock_watched)
+				epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+			tf__conn_destroy(c);
+			return;
+		}
+		c->ctl_watched = true;
 		if (cfd >= 0 && !tf__ctl_arm(c))
 			c->ctl_armed = true;
 		if (c->ctl.n_backlog) {
@@ -684,6 +705,10 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 		for (old = l->conns.prev; old != &l->conns; old = old->prev)
 			if (old->hs == TF_CONN_IDLE)
 				break;
+		/* Out of the epoll set first: closing its fds does not
+		 * remove them while a forked child still holds them, and an
+		 * event would then name freed memory. */
+		listener_unwatch(l, old);
 		tf__conn_unlink(old);
 		l->n_idle--;
 		tf__conn_destroy(old);
@@ -724,10 +749,14 @@ static void send_reject(struct tf_conn *c, int err)
 		return;
 	/* A kept connection's client waits for the answer on the control
 	 * QP, where its OPEN went. */
-	if (c->hs == TF_CONN_IDLE && c->ctl.ready)
-		tf__ctl_send(c, &m, 100);
-	else
+	if (c->hs == TF_CONN_IDLE && c->ctl.ready) {
+		/* The connection is destroyed next: let the SEND leave
+		 * first, or the client would only see the connection end. */
+		if (!tf__ctl_send(c, &m, 100))
+			tf__ctl_flush(c, 100);
+	} else {
 		tf__wire_send(c->fd, &m, 100);
+	}
 }
 
 static int server_hello(struct tf_listener *l, struct tf_conn *c)
@@ -916,7 +945,9 @@ err:
 	/* An idle connection the client closed is the normal end of a
 	 * kept connection, not a rejected handshake. */
 	if (!(c->hs == TF_CONN_IDLE && ret == -ECONNRESET &&
-	      (from_ctl || !c->rx.got))) {
+	      (from_ctl || !c->rx.got)) &&
+	    /* ... nor is its control QP failing when the client exited. */
+	    !(c->hs == TF_CONN_IDLE && from_ctl && ret == -TF_EQPERR)) {
 		if (ret != -TF_EAUTH)
 			STAT(l->node, handshake_rejects);
 		if (ret != -ECONNRESET)
@@ -934,7 +965,8 @@ static int check_sockets(struct tf_listener *l,
 			 const tf_session_params_t *params,
 			 struct tf_session **s_p)
 {
-	for (struct tf_conn *c = l->conns.next; c != &l->conns; c = c->next) {
+	/* Oldest first, as in scan_ctl. */
+	for (struct tf_conn *c = l->conns.prev; c != &l->conns; c = c->prev) {
 		int r;
 
 		if (c->hs != TF_CONN_IDLE || c->sock_watched)
@@ -951,11 +983,13 @@ static int check_sockets(struct tf_listener *l,
 }
 
 /* Poll the control QPs of the kept connections for their next OPEN:
- * 1 with *@s_p set when a session opened. */
+ * 1 with *@s_p set when a session opened.  Oldest first: a connection
+ * goes back to the head of the list when its session closes, so walking
+ * from the head would let busy clients starve the one at the tail. */
 static int scan_ctl(struct tf_listener *l, const tf_session_params_t *params,
 		    struct tf_session **s_p)
 {
-	for (struct tf_conn *c = l->conns.next; c != &l->conns; c = c->next) {
+	for (struct tf_conn *c = l->conns.prev; c != &l->conns; c = c->prev) {
 		int r;
 
 		if (c->hs != TF_CONN_IDLE || !c->ctl.ready)
@@ -1242,14 +1276,17 @@ static int send_open(struct tf_session *s, const tf_session_params_t *params,
 }
 
 /* Open a session on a kept connection; on failure the connection is
- * destroyed and the caller makes a new one. */
+ * destroyed and the caller makes a new one, unless the server answered
+ * with a REJECT (*@refused_p): the server's application refused this
+ * session, and asking again on another connection would repeat it. */
 static int connect_reused(struct tf_node *node, struct tf_conn *c,
 			  const tf_session_params_t *params,
-			  struct tf_session **s_p)
+			  struct tf_session **s_p, bool *refused_p)
 {
 	struct tf_session *s;
 	int ret;
 
+	*refused_p = false;
 	if (tf_qp_state(c->qp) != TF_QPS_RTS ||
 	    (c->ctl.ready && tf_qp_state(c->ctl.qp) != TF_QPS_RTS)) {
 		c->broken = true;
@@ -1267,6 +1304,7 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 	if (!ret)
 		ret = client_accept(s, true);
 	if (ret) {
+		*refused_p = c->rx.have_hdr && c->rx.h.op == TF_WIRE_REJECT;
 		s->broken = true;
 		c->broken = true;
 		tf_session_close(s);
@@ -1429,9 +1467,15 @@ int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
 	/* A kept connection that fails to open (the server dropped it) is
 	 * destroyed and the next one, or a new one, is tried. */
 	while (!no_reuse && (c = node_take(node, &sa, sl)) != NULL) {
-		ret = connect_reused(node, c, params, &s);
+		bool refused;
+
+		ret = connect_reused(node, c, params, &s, &refused);
 		if (!ret)
 			goto out;
+		if (refused) {
+			STAT(node, connect_failures);
+			return ret;
+		}
 		tf_log_debug(S, "kept connection failed: %s", tf_strerror(ret));
 	}
 	ret = connect_new(node, &sa, sl, params, no_reuse, &s);

@@ -185,6 +185,8 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 {
 	struct tf_ctl *k = &c->ctl;
 	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+	uint64_t checked = tf__now_ns();
+	struct tf_backoff bo;
 	struct tf_send_wr wr = {.opcode = TF_WR_SEND,
 				.send_flags = TF_SEND_SIGNALED,
 				.num_sge = 1};
@@ -198,7 +200,10 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 			     m->len, TF_CTL_SLOT);
 		return -EMSGSIZE;
 	}
+	tf__backoff_init(&bo, c->node);
 	for (;;) {
+		uint64_t now;
+
 		/* This also takes in what the peer sent meanwhile, so that
 		 * a peer waiting for us to read does not wait on us. */
 		ret = reap(k);
@@ -206,16 +211,21 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 			return ret;
 		if (k->sent - k->send_done < TF_CTL_SEND)
 			break;
-		if (tf__now_ns() > deadline) {
+		now = tf__now_ns();
+		if (now > deadline) {
 			tf_log_warn(S,
 				    "control send did not complete within "
 				    "%d ms",
 				    timeout_ms);
 			return -ETIMEDOUT;
 		}
-		ret = tf__ctl_tcp_check(c);
-		if (ret)
-			return ret;
+		if (now - checked >= TF_CTL_SOCKET_CHECK_NS) {
+			checked = now;
+			ret = tf__ctl_tcp_check(c);
+			if (ret)
+				return ret;
+		}
+		tf__backoff(&bo);
 	}
 	slot = TF_CTL_RECV + (unsigned)(k->sent % TF_CTL_SEND);
 	memcpy(slot_addr(k, slot), m->buf, m->len);
@@ -293,6 +303,20 @@ int tf__ctl_next(struct tf_conn *c, struct tf_wire_rx *rx)
 		return ret;
 	}
 	return 1;
+}
+
+void tf__ctl_flush(struct tf_conn *c, int timeout_ms)
+{
+	struct tf_ctl *k = &c->ctl;
+	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+	struct tf_backoff bo;
+
+	tf__backoff_init(&bo, c->node);
+	while (k->qp && k->send_done != k->sent && tf__now_ns() < deadline) {
+		if (reap(k))
+			return;
+		tf__backoff(&bo);
+	}
 }
 
 int tf__ctl_arm(struct tf_conn *c)

@@ -265,6 +265,8 @@ void tf__ctl_destroy(struct tf_conn *c);
 int tf__ctl_connect(struct tf_conn *c, const void *blob, size_t len);
 int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m,
 		 int timeout_ms);
+/* Wait up to @timeout_ms until every SEND posted has completed. */
+void tf__ctl_flush(struct tf_conn *c, int timeout_ms);
 /* The next control message into @rx: 1, 0 if none yet, or -errno. */
 int tf__ctl_next(struct tf_conn *c, struct tf_wire_rx *rx);
 /* As tf__ctl_next, waiting up to @timeout_ms (> 0); -ETIMEDOUT, or

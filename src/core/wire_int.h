@@ -57,8 +57,10 @@
 
 #include <tollfree/session.h>
 
-#define TF_WIRE_MAGIC	 0x54465353u /* "TFSS" */
-#define TF_WIRE_VERSION	 1
+#define TF_WIRE_MAGIC 0x54465353u /* "TFSS" */
+/* 2: ACCEPT carries the server's control QP (and OPEN may carry the
+ * client's); a peer of version 1 gets -TF_EVERSION, not a misparse. */
+#define TF_WIRE_VERSION	 2
 #define TF_WIRE_HDR_SIZE 16
 /* Bounds on what a peer may send; every one is checked. */
 #define TF_WIRE_MAX_BODY      4096

@@ -83,6 +83,10 @@ enum soft_tpt_type {
 	SOFT_TPT_RESERVED = 3, /* allocated, not yet valid */
 };
 
+/* The key table is populated at context open up to this size (the
+ * default TOLLFREE_SOFT_MAX_MR of 65536 makes it 8 MiB). */
+#define SOFT_TPT_POPULATE_MAX (32ul << 20)
+
 struct soft_tpt_entry {
 	_Atomic uint32_t seq; /* seqlock */
 	_Atomic uint32_t key; /* 0: invalid (free or revoked) */

@@ -378,9 +378,14 @@ int soft_tpt_init(struct soft_ctx *ctx)
 	 * land in random slots, so otherwise nearly every bind of a young
 	 * context faults in (and zeroes) a fresh page of the table, a few
 	 * microseconds on the path of a session's first access, until all
-	 * of it (nslots * 64 bytes: 8 MiB by default) is resident anyway. */
+	 * of it (nslots * 64 bytes: 8 MiB by default) is resident anyway.
+	 * Only up to SOFT_TPT_POPULATE_MAX: a table sized for millions of
+	 * keys grows as it is used (population cannot fail cleanly: under a
+	 * memory limit it would meet the OOM killer, not -ENOMEM). */
 	map = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		   MAP_SHARED | MAP_POPULATE, ctx->tpt_fd, 0);
+		   MAP_SHARED |
+			   (size <= SOFT_TPT_POPULATE_MAX ? MAP_POPULATE : 0),
+		   ctx->tpt_fd, 0);
 	if (map == MAP_FAILED) {
 		ret = -errno;
 		tf_log_error(SOFT_SUBSYS, "mmap(tpt, %zu): %m", size);

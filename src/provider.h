@@ -174,11 +174,12 @@ bool tf__log_enabled(tf_log_level_t level);
 			tf__log(TF_LOG_DEBUG, _sub, __VA_ARGS__); \
 	} while (0)
 
-/* Fill @buf with CSPRNG bytes (getrandom); 0 or -errno. */
+/* Fill @buf with CSPRNG bytes (getrandom, else /dev/urandom); 0 or
+ * -errno (logged). */
 int tf__random(void *buf, size_t len);
-/* A random 32-bit value that is neither 0 nor ~0; aborts never: falls back
- * to a logged error and returns a best-effort value only if getrandom is
- * unavailable, which Linux >= 3.17 rules out. */
+/* A random 32-bit value that is neither 0 nor ~0, or 0 when no randomness
+ * can be had (logged): callers that make keys must refuse then, since a
+ * predictable key would grant access to a guesser. */
 uint32_t tf__random_u32(void);
 
 /* Monotonic time. */

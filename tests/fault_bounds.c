@@ -14,8 +14,11 @@
  *     mapped again at the same address (without tf_rcache_invalidate,
  *     which a session user has no reason to call) must still move the new
  *     data, not the old pages.
- * Everything runs in a forked child (the seccomp filter cannot be
- * removed); the session peer is started before it (see fault_util.h).
+ *   - With getrandom refused (ENOSYS, as an old seccomp profile does),
+ *     keys still come from the kernel's CSPRNG (/dev/urandom): they are
+ *     distinct and never 0.
+ * Everything runs in forked children (a seccomp filter cannot be
+ * removed); the session peer is started before them (see fault_util.h).
  */
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -30,13 +33,16 @@
 #define NBUF   4
 #define BUFLEN 16384
 
-static int block_userfaultfd(void)
+/* Make system call @nr fail with @err in this process (and no other). */
+static int block_syscall(int nr, int err)
 {
 	struct sock_filter f[] = {
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
 			 offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_userfaultfd, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K,
+			 SECCOMP_RET_ERRNO |
+				 ((unsigned)err & SECCOMP_RET_DATA)),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
 	struct sock_fprog prog = {.len = 4, .filter = f};
@@ -255,7 +261,7 @@ static void child(uint16_t port)
 	tf_pd_t *pd;
 	int ret;
 
-	ret = block_userfaultfd();
+	ret = block_syscall(__NR_userfaultfd, EPERM);
 	if (ret)
 		tf_test_skip("cannot install a seccomp filter: %s",
 			     strerror(-ret));
@@ -304,6 +310,40 @@ static int peer_main(char **argv)
 	}
 }
 
+/* getrandom refused: registrations still get keys, from /dev/urandom. */
+static void child_norandom(void)
+{
+	static uint8_t buf[64 * 4096];
+	uint32_t keys[64];
+	tf_context_t *ctx;
+	tf_mr_t *mr[64];
+	tf_pd_t *pd;
+	int ret;
+
+	ret = block_syscall(__NR_getrandom, ENOSYS);
+	if (ret)
+		tf_test_skip("cannot install a seccomp filter: %s",
+			     strerror(-ret));
+	CHECK(syscall(SYS_getrandom, keys, 4, 0) < 0 && errno == ENOSYS);
+	CHECK_OK(tf_context_open(NULL, &ctx));
+	CHECK_OK(tf_pd_create(ctx, &pd));
+	for (int i = 0; i < 64; i++) {
+		CHECK_OK(tf_mr_reg(pd, buf + i * 4096, 4096,
+				   TF_ACCESS_LOCAL_WRITE |
+					   TF_ACCESS_REMOTE_WRITE,
+				   &mr[i]));
+		keys[i] = tf_mr_rkey(mr[i]);
+		CHECK(keys[i] != 0);
+		for (int j = 0; j < i; j++)
+			CHECKF(keys[i] != keys[j], "key 0x%x twice", keys[i]);
+	}
+	for (int i = 0; i < 64; i++)
+		CHECK_OK(tf_mr_dereg(mr[i]));
+	CHECK_OK(tf_pd_destroy(pd));
+	tf_context_close(ctx);
+	exit(tf_test_end());
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t port;
@@ -321,6 +361,14 @@ int main(int argc, char **argv)
 		child((uint16_t)port);
 	CHECK(waitpid(pid, &status, 0) == pid);
 	ft_reap(peer, SIGKILL);
+	CHECK(WIFEXITED(status));
+	if (WEXITSTATUS(status))
+		return WEXITSTATUS(status);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0)
+		child_norandom();
+	CHECK(waitpid(pid, &status, 0) == pid);
 	CHECK(WIFEXITED(status));
 	return WEXITSTATUS(status);
 }

@@ -3,6 +3,7 @@
  * util.c - errors, version, allocator hook, randomness and time.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "provider.h"
 
@@ -78,6 +80,32 @@ void tf__free(void *ptr)
 		alloc.free_fn(ptr);
 }
 
+/* The kernel's CSPRNG through /dev/urandom, for a process whose
+ * getrandom() is refused (an old seccomp profile returns ENOSYS or
+ * EPERM for system calls it does not know). */
+static int urandom(char *p, size_t len)
+{
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	int ret = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (len) {
+		ssize_t n = read(fd, p, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			ret = n < 0 ? -errno : -EIO;
+			break;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	close(fd);
+	return ret;
+}
+
 int tf__random(void *buf, size_t len)
 {
 	char *p = buf;
@@ -86,10 +114,21 @@ int tf__random(void *buf, size_t len)
 		ssize_t n = getrandom(p, len, 0);
 
 		if (n < 0) {
+			int ret;
+
 			if (errno == EINTR)
 				continue;
-			tf_log_error("core", "getrandom failed: %m");
-			return -errno;
+			if (errno != ENOSYS && errno != EPERM) {
+				tf_log_error("core", "getrandom failed: %m");
+				return -errno;
+			}
+			ret = urandom(p, len);
+			if (ret)
+				tf_log_error("core",
+					     "no randomness: getrandom and "
+					     "/dev/urandom failed: %s",
+					     strerror(-ret));
+			return ret;
 		}
 		p += n;
 		len -= (size_t)n;
@@ -154,13 +193,10 @@ uint32_t tf__random_u32(void)
 	uint32_t v;
 
 	do {
-		if (random_u32_buffered(&v)) {
-			/* getrandom cannot fail on Linux >= 3.17 for small
-			 * requests once the pool is initialized; mix the
-			 * clock as a last resort rather than return 0. */
-			v = (uint32_t)(tf__now_ns() * 0x9E3779B97F4A7C15ull >>
-				       32);
-		}
+		/* No predictable fallback: a key drawn from the clock could
+		 * be guessed.  The failure was logged; callers refuse. */
+		if (random_u32_buffered(&v))
+			return 0;
 	} while (v == 0 || v == UINT32_MAX);
 	return v;
 }

@@ -405,7 +405,12 @@ static int soft_pd_alloc(struct tf_context *ctx, struct tf_pd **pd_p)
 	(void)ctx;
 	if (!pd)
 		return -ENOMEM;
+	/* The PD id is checked on every remote access: never guessable. */
 	pd->pd_id = tf__random_u32();
+	if (!pd->pd_id) {
+		tf__free(pd);
+		return -EIO;
+	}
 	*pd_p = &pd->base;
 	return 0;
 }

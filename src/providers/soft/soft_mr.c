@@ -440,7 +440,8 @@ void soft_tpt_fini(struct soft_ctx *ctx)
 }
 
 /* Draw a random key whose slot is free and reserve the slot for @owner.
- * Returns the key, or 0 when TOLLFREE_SOFT_MAX_MR keys are live.
+ * Returns the key, or 0 when TOLLFREE_SOFT_MAX_MR keys are live or no
+ * randomness can be had (then logged by tf__random).
  * ctx->lock held. */
 static uint32_t tpt_alloc(struct soft_ctx *ctx, void *owner)
 {
@@ -450,6 +451,8 @@ static uint32_t tpt_alloc(struct soft_ctx *ctx, void *owner)
 		return 0;
 	do {
 		key = tf__random_u32();
+		if (!key)
+			return 0; /* no randomness (logged) */
 		slot = key & ctx->tpt_mask;
 	} while (ctx->slot_owner[slot]);
 	ctx->slot_owner[slot] = owner;
@@ -622,6 +625,10 @@ int soft_mr_reg(struct tf_pd *pd, void *addr, size_t length, unsigned access,
 	key = tpt_alloc(ctx, mr);
 	if (!key) {
 		pthread_mutex_unlock(&ctx->lock);
+		if (atomic_load(&ctx->n_keys) < ctx->base.cfg.soft_max_mr) {
+			ret = -EIO; /* no randomness for a key (logged) */
+			goto err_unpin;
+		}
 		tf_log_warn(SOFT_SUBSYS,
 			    "mr_reg: TOLLFREE_SOFT_MAX_MR=%llu keys in use",
 			    (unsigned long long)ctx->base.cfg.soft_max_mr);

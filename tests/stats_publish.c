@@ -13,6 +13,8 @@
  *    error exit and no output.
  *  - A segment whose owner died, and one nobody holds the lock of although
  *    its pid lives, are recognised as stale and removed by the reader.
+ *  - A FIFO named like a segment is reported, not opened for good (the
+ *    tool runs under an alarm: a hang kills it).
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -31,8 +33,14 @@
 #define MSG	 1024
 #define WAIT	 "20000" /* ms for the child to answer (--wait) */
 
+#define NOBODY 65534
+/* Long enough for a loaded machine; a tool that hangs dies of it. */
+#define TOOL_TIMEOUT_S 120
+
 static char dir[64];
 static char dump_path[128];
+/* Run tollfree-info as this user when not 0 (we are root). */
+static uid_t run_as;
 
 /* ------------------------------------------------------------ parser */
 
@@ -140,7 +148,7 @@ static char *read_text(const char *path)
 
 /* Run tollfree-info with @args (NULL-terminated); its stdout and stderr
  * land in the strings returned.  Returns the exit status, or -1 if it
- * died of a signal (a crash on bad input). */
+ * died of a signal (a crash on bad input, or it hung). */
 static int run_info(char **out_p, char **err_p, ...)
 {
 	char out_path[160], err_path[160];
@@ -164,6 +172,10 @@ static int run_info(char **out_p, char **err_p, ...)
 
 		if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
 			_exit(126);
+		if (run_as && (setgid(run_as) || setuid(run_as)))
+			_exit(126);
+		/* Kept across exec: a tool that hangs is killed. */
+		alarm(TOOL_TIMEOUT_S);
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
@@ -537,6 +549,38 @@ static void stale_checks(void)
 	free(err);
 }
 
+/* -------------------------------------------------------- not a file */
+
+static void fifo_checks(void)
+{
+	char path[128], pid_s[16], *out, *err;
+	int ret;
+
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)getpid());
+	seg_path(path, sizeof(path), getpid(), 998);
+	CHECKF(!mkfifo(path, 0444), "mkfifo %s: %s", path, strerror(errno));
+	/* The tool's read-write open fails on a 0444 FIFO and the read-only
+	 * one would wait for a writer.  Root may open it read-write, which
+	 * does not wait: so as root, run the tool as nobody, owner of the
+	 * FIFO. */
+	if (!geteuid()) {
+		CHECK(!chown(path, NOBODY, NOBODY));
+		run_as = NOBODY;
+	}
+	ret = run_info(&out, &err, "-s", "--wait", "0", pid_s, (char *)NULL);
+	CHECKF(ret == 1, "FIFO asked for: exit %d (-1: hung)", ret);
+	CHECKF(!*out && strstr(err, path), "FIFO not reported:\n%s", err);
+	free(out);
+	free(err);
+	ret = run_info(&out, &err, "-s", "--wait", "0", (char *)NULL);
+	CHECKF(ret >= 0, "listing with a FIFO: exit %d (-1: hung)", ret);
+	CHECK(!strstr(out, "context 998"));
+	free(out);
+	free(err);
+	run_as = 0;
+	CHECK(!unlink(path));
+}
+
 int main(void)
 {
 	char *out, *err;
@@ -564,6 +608,7 @@ int main(void)
 	live_checks();
 	dump_checks();
 	stale_checks();
+	fifo_checks();
 
 	/* Usage errors. */
 	CHECK(run_info(&out, &err, "-s", "1", "2", (char *)NULL) == 2);

@@ -591,16 +591,26 @@ static int seg_open(struct seg *s)
 	s->map = NULL;
 	s->asked = false;
 	seg_path(s, path, sizeof(path));
-	s->fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO (or a device) named like a segment must not
+	 * block the open; fstat() below rejects anything but a file. */
+	s->fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (s->fd < 0 && errno == EACCES) {
 		writable = false;
-		s->fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		s->fd = open(path,
+			     O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	}
 	if (s->fd < 0) {
 		if (errno == ENOENT)
 			return 1; /* closed meanwhile */
 		fprintf(stderr, "tollfree-info: %s: %s\n", path,
 			strerror(errno));
+		return -1;
+	}
+	if (fstat(s->fd, &st) || !S_ISREG(st.st_mode) ||
+	    st.st_size < TF_STATS_HDR_SIZE || st.st_size > MAX_SEGMENT_BYTES) {
+		fprintf(stderr, "tollfree-info: %s: not a statistics segment\n",
+			path);
+		seg_close(s);
 		return -1;
 	}
 	/* The owner holds an exclusive lock while the context is open; if
@@ -619,13 +629,6 @@ static int seg_open(struct seg *s)
 				path, s->pid, strerror(errno));
 		seg_close(s);
 		return 1;
-	}
-	if (fstat(s->fd, &st) || !S_ISREG(st.st_mode) ||
-	    st.st_size < TF_STATS_HDR_SIZE || st.st_size > MAX_SEGMENT_BYTES) {
-		fprintf(stderr, "tollfree-info: %s: not a statistics segment\n",
-			path);
-		seg_close(s);
-		return -1;
 	}
 	s->size = (size_t)st.st_size;
 	map = mmap(NULL, s->size, PROT_READ | (writable ? PROT_WRITE : 0),

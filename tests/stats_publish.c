@@ -12,7 +12,9 @@
  *    copies of it (truncated, bad magic, huge counts, ...) give a clean
  *    error exit and no output.
  *  - A segment whose owner died, and one nobody holds the lock of although
- *    its pid lives, are recognised as stale and removed by the reader.
+ *    its pid lives, are recognised as stale and removed by the reader;
+ *    so is one whose owner was killed while a child it forked without
+ *    exec lives on.
  *  - A FIFO named like a segment is reported, not opened for good (the
  *    tool runs under an alarm: a hang kills it).
  */
@@ -289,7 +291,8 @@ static char child_wait(struct child *c, int fd)
 }
 
 /* Commands: 'm' more writes, 'q' close and exit, 'k' exit without
- * closing (a crash). */
+ * closing (a crash), 'f' fork a child without exec that only waits for
+ * its end, and send its pid. */
 static void child_main(int cmd_fd, int ack_fd)
 {
 	struct child c;
@@ -307,6 +310,14 @@ static void child_main(int cmd_fd, int ack_fd)
 			CHECK(write(ack_fd, "r", 1) == 1);
 		} else if (cmd == 'k') {
 			_exit(0);
+		} else if (cmd == 'f') {
+			pid_t g = fork();
+
+			CHECK(g >= 0);
+			if (!g)
+				for (;;)
+					pause();
+			CHECK(write(ack_fd, &g, sizeof(g)) == sizeof(g));
 		} else {
 			break;
 		}
@@ -521,6 +532,8 @@ static void stale_checks(void)
 	uint8_t rec[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
 	struct stat st;
 	size_t len;
+	pid_t g;
+	int ret;
 
 	/* A process that dies without closing leaves its segment behind. */
 	snprintf(pid_s, sizeof(pid_s), "%d", (int)k.pid);
@@ -545,6 +558,30 @@ static void stale_checks(void)
 	       "unlocked segment shown:\n%s\n%s", out, err);
 	CHECKF(stat(fake, &st) && errno == ENOENT, "stale %s not removed",
 	       fake);
+	free(out);
+	free(err);
+
+	/* The owner killed while a child it forked without exec runs: the
+	 * child does not keep the segment looking live. */
+	k = start_child();
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)k.pid);
+	seg_path(path, sizeof(path), k.pid, 0);
+	CHECK(write(k.cmd, "f", 1) == 1);
+	CHECK(read(k.ack, &g, sizeof(g)) == sizeof(g) && g > 0);
+	CHECK(!kill(k.pid, SIGKILL));
+	CHECK(waitpid(k.pid, NULL, 0) == k.pid);
+	close(k.cmd);
+	close(k.ack);
+	ret = run_info(&out, &err, "-s", pid_s, (char *)NULL);
+	/* The forked child was still there; it goes before any check can
+	 * end the test. */
+	CHECK(!kill(g, SIGKILL));
+	CHECK(ret == 1);
+	CHECKF(strstr(err, "removed stale"),
+	       "segment of a killed owner not stale:\n%s\n%s", out, err);
+	CHECK(!strstr(out, "context 0"));
+	CHECKF(stat(path, &st) && errno == ENOENT, "stale %s not removed",
+	       path);
 	free(out);
 	free(err);
 }

@@ -27,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -576,6 +575,17 @@ static bool seg_answered(const struct seg *s)
 				     s->want) >= 0;
 }
 
+/* Whether a process holds a write lock on the segment open at @fd: its
+ * owner.  When we cannot tell, it is not stale. */
+static bool seg_locked(int fd)
+{
+	struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
+
+	if (fcntl(fd, F_GETLK, &fl))
+		return true;
+	return fl.l_type != F_UNLCK;
+}
+
 /* Open, check and map one segment and ask its owner for a snapshot.
  * Returns 0 (mapped), 1 (stale or gone: removed or ignored, s->fd -1) or
  * -1 (an error, reported). */
@@ -613,9 +623,9 @@ static int seg_open(struct seg *s)
 		seg_close(s);
 		return -1;
 	}
-	/* The owner holds an exclusive lock while the context is open; if
-	 * we get a shared one, nobody does. */
-	if (!flock(s->fd, LOCK_SH | LOCK_NB)) {
+	/* The owner holds a POSIX write lock while the context is open (not
+	 * a flock: see stats_pub.c); if none is held, nobody owns it. */
+	if (!seg_locked(s->fd)) {
 		if (!unlink(path))
 			fprintf(stderr,
 				"tollfree-info: removed stale %s (pid %" PRIu32

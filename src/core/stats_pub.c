@@ -5,10 +5,17 @@
  * dumped at close (TOLLFREE_STATS).  See stats_int.h for when the live
  * snapshot is refreshed and stats_fmt.h for the record.
  *
- * Liveness: the owner holds an exclusive flock on its segment for as long
- * as the context is open.  The kernel drops it when the process dies, so a
- * reader that can take a shared lock knows the segment is stale, whatever
- * happened to the pid since.
+ * Liveness: the owner holds a POSIX write lock (fcntl F_SETLK) on its
+ * segment for as long as the context is open.  The kernel drops it when
+ * the process dies, so a reader that finds no write lock knows the segment
+ * is stale, whatever happened to the pid since.  Not flock(): a child
+ * forked without exec shares the open file description and with it a
+ * flock, so the segment of a parent killed by SIGKILL would look live as
+ * long as the child runs.  A POSIX lock is not inherited by fork(), but it
+ * goes when its process closes ANY descriptor of the file: nothing in the
+ * library opens a segment it owns but pub_open() (the descriptor kept in
+ * pub->fd until pub_close()).  A TOLLFREE_STATS=file: path naming a live
+ * segment of the same process would break that; nobody has a reason to.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +23,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -40,7 +46,7 @@ struct tf__stats_pub {
 	pthread_mutex_t lock;
 	struct tf_stats_hdr *seg; /* the shared mapping, SEG_SIZE bytes */
 	uint8_t *build;		  /* the next record, assembled privately */
-	int fd;			  /* holds the flock */
+	int fd;			  /* holds the write lock */
 	pid_t pid;		  /* owner; a forked child never writes */
 	atomic_bool forked;	  /* set in a forked child, read unlocked */
 	atomic_uint served;	  /* the last req answered */
@@ -302,6 +308,8 @@ out_unlock:
 
 static int pub_open(struct tf_context *ctx)
 {
+	/* The whole file, for as long as the context is open. */
+	struct flock wrlock = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
 	struct tf__stats_pub *pub;
 	char tmp[80];
 	void *seg;
@@ -334,7 +342,7 @@ static int pub_open(struct tf_context *ctx)
 			    tmp);
 		goto err_build;
 	}
-	if (flock(pub->fd, LOCK_EX | LOCK_NB) || ftruncate(pub->fd, SEG_SIZE)) {
+	if (fcntl(pub->fd, F_SETLK, &wrlock) || ftruncate(pub->fd, SEG_SIZE)) {
 		ret = -errno;
 		tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: %s: %m", tmp);
 		goto err_unlink;

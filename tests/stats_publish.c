@@ -15,6 +15,9 @@
  *    its pid lives, are recognised as stale and removed by the reader;
  *    so is one whose owner was killed while a child it forked without
  *    exec lives on.
+ *  - A publisher whose pid is that of a live one (two containers sharing
+ *    /dev/shm) takes the next free name and leaves the other's segment
+ *    alone, at open and at close.
  *  - A FIFO named like a segment is reported, not opened for good (the
  *    tool runs under an alarm: a hang kills it).
  */
@@ -586,6 +589,108 @@ static void stale_checks(void)
 	free(err);
 }
 
+/* --------------------------------------------------------- same name */
+
+/* A file locked the way an owner locks its segment, held by us. */
+static int locked_file(const char *path, uint32_t pid, uint32_t id)
+{
+	struct flock wr = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+	uint8_t rec[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
+	size_t len;
+	int fd;
+
+	tf__stats_init(rec, 4, 0, pid, id, 1000, "soft", "dev", "fake");
+	tf__stats_add(rec, "ctx.fake", 1);
+	len = tf__stats_seal(rec, 2000);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	CHECKF(fd >= 0, "create %s: %s", path, strerror(errno));
+	CHECK(write(fd, rec, len) == (ssize_t)len);
+	CHECK(!fcntl(fd, F_SETLK, &wr));
+	return fd;
+}
+
+static bool same_file(const char *path, int fd)
+{
+	struct stat st, st2;
+
+	return !stat(path, &st) && !fstat(fd, &st2) &&
+	       st.st_dev == st2.st_dev && st.st_ino == st2.st_ino;
+}
+
+/* A process whose pid another live publisher has (two containers that
+ * share /dev/shm): neither replaces nor removes the other's segment. */
+static void same_name_checks(void)
+{
+	int to[2], from[2], status, live, stale, other;
+	char p0[128], p1[128], p2[128], pid_s[16], c, *out, *err;
+	uint8_t rec[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
+	pid_t pid;
+
+	CHECK(!pipe(to) && !pipe(from));
+	pid = fork();
+	CHECK(pid >= 0);
+	if (!pid) {
+		tf_context_params_t cp = {
+			.field_mask = TF_CONTEXT_PARAM_PROVIDER |
+				      TF_CONTEXT_PARAM_TRANSPORT,
+			.provider = "soft",
+			.transport = "shm",
+		};
+		tf_context_t *ctx;
+
+		tf_test_begin("stats_publish[same name]");
+		CHECK(read(to[0], &c, 1) == 1);
+		CHECK_OK(tf_context_open(&cp, &ctx));
+		CHECK(write(from[1], "r", 1) == 1);
+		CHECK(read(to[0], &c, 1) == 1);
+		/* It says that it leaves the file alone. */
+		tf_test_expect_log(1);
+		tf_context_close(ctx);
+		_exit(tf_test_end() == TF_TEST_PASS ? 0 : 1);
+	}
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)pid);
+	/* Context 0 of the child's pid is taken by a live process (us),
+	 * context 1 is a leftover of a dead one. */
+	seg_path(p0, sizeof(p0), pid, 0);
+	seg_path(p1, sizeof(p1), pid, 1);
+	seg_path(p2, sizeof(p2), pid, 2);
+	live = locked_file(p0, (uint32_t)pid, 0);
+	stale = open(p1, O_RDWR | O_CREAT | O_EXCL, 0600);
+	CHECK(stale >= 0);
+	CHECK(write(stale, rec, make_record(rec, 4)) > 0);
+	CHECK(write(to[1], "g", 1) == 1);
+	CHECKF(read(from[0], &c, 1) == 1, "child died opening its context");
+
+	/* The child took the first free name; the stale one went. */
+	CHECKF(same_file(p0, live), "live %s replaced", p0);
+	CHECKF(!same_file(p1, stale), "stale %s not replaced", p1);
+	CHECK(run_info(&out, &err, "-s", "--wait", "0", pid_s, (char *)NULL) ==
+	      0);
+	CHECKF(strstr(out, "context 1:") && strstr(out, "ctx.fake"),
+	       "both contexts not shown:\n%s\n%s", out, err);
+	free(out);
+	free(err);
+	close(stale);
+
+	/* Its name taken from it (by hand) while it runs: at close it does
+	 * not remove what is there now. */
+	other = locked_file(p2, (uint32_t)pid, 1);
+	CHECK(!rename(p2, p1));
+	CHECK(write(to[1], "q", 1) == 1);
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	       "child status 0x%x", status);
+	CHECKF(same_file(p1, other), "%s removed by its former owner", p1);
+	CHECKF(same_file(p0, live), "live %s removed", p0);
+	CHECK(!unlink(p0) && !unlink(p1));
+	close(live);
+	close(other);
+	close(to[0]);
+	close(to[1]);
+	close(from[0]);
+	close(from[1]);
+}
+
 /* -------------------------------------------------------- not a file */
 
 static void fifo_checks(void)
@@ -646,6 +751,7 @@ int main(void)
 	dump_checks();
 	stale_checks();
 	fifo_checks();
+	same_name_checks();
 
 	/* Usage errors. */
 	CHECK(run_info(&out, &err, "-s", "1", "2", (char *)NULL) == 2);

@@ -592,7 +592,7 @@ static bool seg_locked(int fd)
 static int seg_open(struct seg *s)
 {
 	char path[128];
-	struct stat st;
+	struct stat st, st2;
 	bool writable = true;
 	uint32_t *reqp;
 	void *map;
@@ -626,7 +626,12 @@ static int seg_open(struct seg *s)
 	/* The owner holds a POSIX write lock while the context is open (not
 	 * a flock: see stats_pub.c); if none is held, nobody owns it. */
 	if (!seg_locked(s->fd)) {
-		if (!unlink(path))
+		/* Only the file found stale: a new owner with the same pid
+		 * may have linked its segment to the name meanwhile. */
+		if (stat(path, &st2) || st2.st_dev != st.st_dev ||
+		    st2.st_ino != st.st_ino)
+			; /* replaced or gone: not ours to remove */
+		else if (!unlink(path))
 			fprintf(stderr,
 				"tollfree-info: removed stale %s (pid %" PRIu32
 				" exited without closing its context)\n",

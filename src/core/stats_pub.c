@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -306,6 +307,69 @@ out_unlock:
 	pthread_mutex_unlock(&pub->lock);
 }
 
+/* Whether @st and @st2 are the same file. */
+static bool same_file(const struct stat *st, const struct stat *st2)
+{
+	return st->st_dev == st2->st_dev && st->st_ino == st2->st_ino;
+}
+
+/* Remove the file at @path if it is a stale segment: a regular file on
+ * which no process holds the owner's write lock.  0 if nothing is there
+ * any more, a negative errno if something stays (live, another user's,
+ * not a file, or replaced while we looked).  Opening and closing it does
+ * not drop our own segment's lock: that file has no name but its
+ * temporary one yet, so this is another file. */
+static int remove_stale(const char *path)
+{
+	struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
+	struct stat st, st2;
+	int fd, ret = -EBUSY;
+
+	/* O_NONBLOCK: a FIFO put there must not block the open. */
+	fd = open(path,
+		  O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	/* Unlinked only if the name still leads to the file checked: a new
+	 * owner may have put its segment there meanwhile. */
+	if (!fstat(fd, &st) && S_ISREG(st.st_mode) &&
+	    !fcntl(fd, F_GETLK, &fl) && fl.l_type == F_UNLCK &&
+	    !stat(path, &st2) && same_file(&st, &st2))
+		ret = unlink(path) && errno != ENOENT ? -errno : 0;
+	close(fd);
+	return ret;
+}
+
+/* Give the segment built at @tmp its name: with link(), which unlike
+ * rename() never replaces a file.  What is already there belongs to a
+ * process that reused our pid and died (stale: removed) or to a live one
+ * with our pid (two containers sharing /dev/shm, both pid 1), which keeps
+ * its name while we take the next context number. */
+static int pub_link(struct tf_context *ctx, struct tf__stats_pub *pub,
+		    const char *tmp)
+{
+	for (int tries = 0; tries < 64; tries++) {
+		snprintf(pub->path, sizeof(pub->path), "%s/%s%d.%u",
+			 TF_STATS_DIR, TF_STATS_PREFIX, (int)pub->pid,
+			 ctx->stats_id);
+		/* The first snapshot (all zero) is there before anyone can
+		 * look; written again for each name, which it holds. */
+		publish(pub, collect(ctx, pub->build, SEG_CAPACITY, 0));
+		if (!link(tmp, pub->path))
+			return 0;
+		if (errno != EEXIST) {
+			tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: link %s: %m",
+				    pub->path);
+			return -errno;
+		}
+		if (remove_stale(pub->path))
+			ctx->stats_id = atomic_fetch_add(&next_ctx_id, 1);
+	}
+	tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: %s and others exist",
+		    pub->path);
+	return -EEXIST;
+}
+
 static int pub_open(struct tf_context *ctx)
 {
 	/* The whole file, for as long as the context is open. */
@@ -324,18 +388,14 @@ static int pub_open(struct tf_context *ctx)
 		goto err_free;
 	}
 	pub->pid = getpid();
-	snprintf(pub->path, sizeof(pub->path), "%s/%s%d.%u", TF_STATS_DIR,
-		 TF_STATS_PREFIX, (int)pub->pid, ctx->stats_id);
-	/* Built under a name readers ignore and renamed once complete, so
-	 * that no reader finds a file without its lock or its header.  A
-	 * leftover of an earlier process with our pid is replaced. */
-	snprintf(tmp, sizeof(tmp), "%s.new", pub->path);
+	/* Built under a name readers ignore and linked to its own once
+	 * complete, so that no reader finds a file without its lock or its
+	 * header.  The random part keeps a process with our pid in another
+	 * pid namespace off it. */
+	snprintf(tmp, sizeof(tmp), "%s/%s%d.new.%08" PRIx32, TF_STATS_DIR,
+		 TF_STATS_PREFIX, (int)pub->pid, tf__random_u32());
 	pub->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
 		       0600);
-	if (pub->fd < 0 && errno == EEXIST && !unlink(tmp))
-		pub->fd = open(
-			tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-			0600);
 	if (pub->fd < 0) {
 		ret = -errno;
 		tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: cannot create %s: %m",
@@ -356,13 +416,10 @@ static int pub_open(struct tf_context *ctx)
 	}
 	pub->seg = seg;
 	pthread_mutex_init(&pub->lock, NULL);
-	/* The first snapshot (all zero) is there before anyone can look. */
-	publish(pub, collect(ctx, pub->build, SEG_CAPACITY, 0));
-	if (rename(tmp, pub->path)) {
-		ret = -errno;
-		tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: rename %s: %m", tmp);
+	ret = pub_link(ctx, pub, tmp);
+	if (ret)
 		goto err_unmap;
-	}
+	unlink(tmp);
 	ctx->stats_pub = pub;
 	tf_log_debug(S, "publishing statistics in %s", pub->path);
 	return 0;
@@ -383,6 +440,7 @@ err_free:
 static void pub_close(struct tf_context *ctx)
 {
 	struct tf__stats_pub *pub = ctx->stats_pub;
+	struct stat st, st2;
 
 	if (!pub)
 		return;
@@ -390,10 +448,17 @@ static void pub_close(struct tf_context *ctx)
 	if (pub->nodes)
 		tf_log_warn(S, "context closed with nodes still listed");
 	/* Unlink before the lock goes with the fd: a reader never finds
-	 * the file of a live context unlocked.  A forked child leaves the
-	 * parent's file alone. */
-	if (getpid() == pub->pid && unlink(pub->path))
-		tf_log_warn(S, "cannot remove %s: %m", pub->path);
+	 * the file of a live context unlocked.  Only if the name still
+	 * leads to our file: what someone put there is not ours to remove.
+	 * A forked child leaves the parent's file alone. */
+	if (getpid() == pub->pid) {
+		if (fstat(pub->fd, &st) || stat(pub->path, &st2) ||
+		    !same_file(&st, &st2))
+			tf_log_warn(S, "%s is no longer ours; left alone",
+				    pub->path);
+		else if (unlink(pub->path))
+			tf_log_warn(S, "cannot remove %s: %m", pub->path);
+	}
 	munmap(pub->seg, SEG_SIZE);
 	close(pub->fd);
 	pthread_mutex_destroy(&pub->lock);

@@ -7,7 +7,9 @@
  *    provider, and waits in tf_context_progress(); `tollfree-info -s PID`
  *    (and --json, and the listing of all) show exactly those counts, and
  *    show more after the child did more: the snapshot is live.  Its
- *    segment is 0600 and goes away when the context closes.
+ *    segment is 0600 and goes away when the context closes.  An odd seq
+ *    written into it does not stop the next snapshot, and req bumped in
+ *    a loop gets at most one refresh per millisecond.
  *  - The close-time dump of that context reads back with -s FILE; damaged
  *    copies of it (truncated, bad magic, huge counts, ...) give a clean
  *    error exit and no output.
@@ -26,6 +28,8 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <time.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +45,9 @@
 #define NOBODY 65534
 /* Long enough for a loaded machine; a tool that hangs dies of it. */
 #define TOOL_TIMEOUT_S 120
+
+#define SPIN_NS 300000000ull
+#define BUMP_NS 100000000ull
 
 static char dir[64];
 static char dump_path[128];
@@ -190,6 +197,14 @@ static int run_info(char **out_p, char **err_p, ...)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* The value printed for counter @name in -s output ("  name  value"), or
  * -1 if it is not there. */
 static long long counter(const char *out, const char *name)
@@ -294,7 +309,8 @@ static char child_wait(struct child *c, int fd)
 }
 
 /* Commands: 'm' more writes, 'q' close and exit, 'k' exit without
- * closing (a crash), 'f' fork a child without exec that only waits for
+ * closing (a crash), 's' call tf_context_progress() in a loop for
+ * SPIN_NS, 'f' fork a child without exec that only waits for
  * its end, and send its pid. */
 static void child_main(int cmd_fd, int ack_fd)
 {
@@ -313,6 +329,14 @@ static void child_main(int cmd_fd, int ack_fd)
 			CHECK(write(ack_fd, "r", 1) == 1);
 		} else if (cmd == 'k') {
 			_exit(0);
+		} else if (cmd == 's') {
+			uint64_t end = now_ns() + SPIN_NS;
+
+			/* As fast as it can: a refresh per call if req
+			 * moves each time and nothing limits them. */
+			while (now_ns() < end)
+				CHECK(tf_context_progress(c.ctx) >= 0);
+			CHECK(write(ack_fd, "r", 1) == 1);
 		} else if (cmd == 'f') {
 			pid_t g = fork();
 
@@ -376,6 +400,65 @@ static void seg_path(char *buf, size_t len, pid_t pid, unsigned id)
 
 /* -------------------------------------------------------------- live */
 
+/* What anyone who can write a segment can do to its owner: neither an
+ * odd seq nor req bumped in a loop takes the snapshot or the owner down. */
+static void tamper_checks(struct kid *k, const char *path, const char *pid_s)
+{
+	struct tf_stats_hdr *h;
+	uint32_t req, ack, last, seen = 0;
+	uint64_t t0, t1;
+	char *out, *err, r;
+	int fd;
+
+	fd = open(path, O_RDWR);
+	CHECK(fd >= 0);
+	h = mmap(NULL, TF_STATS_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+		 fd, 0);
+	CHECK(h != MAP_FAILED);
+	close(fd);
+
+	/* An odd seq: the owner's next snapshot is whole again. */
+	__atomic_store_n(&h->seq, 12345, __ATOMIC_SEQ_CST);
+	CHECK(run_info(&out, &err, "-s", "--wait", WAIT, pid_s, (char *)NULL) ==
+	      0);
+	CHECKF(!strstr(out, "not refreshed") &&
+		       counter(out, "ctx.send_posted") == N_WRITES,
+	       "after an odd seq:\n%s\n%s", out, err);
+	free(out);
+	free(err);
+
+	/* req bumped every few microseconds while the owner polls as fast
+	 * as it can: it answers, but at most once per millisecond.  (We
+	 * sleep between bumps so that the owner gets a CPU on a busy
+	 * machine: without the limit it would answer nearly every bump.) */
+	CHECK(write(k->cmd, "s", 1) == 1);
+	last = __atomic_load_n(&h->ack, __ATOMIC_SEQ_CST);
+	t0 = now_ns();
+	while ((t1 = now_ns()) - t0 < BUMP_NS) {
+		__atomic_add_fetch(&h->req, 1, __ATOMIC_SEQ_CST);
+		usleep(20);
+		ack = __atomic_load_n(&h->ack, __ATOMIC_SEQ_CST);
+		if (ack != last) {
+			seen++;
+			last = ack;
+		}
+	}
+	CHECK(read(k->ack, &r, 1) == 1);
+	tf_test_info("%u refreshes in %.1f ms of requests", seen,
+		     (double)(t1 - t0) / 1e6);
+	CHECKF(seen <= (t1 - t0) / 1000000 + 2, "%u refreshes in %llu ns", seen,
+	       (unsigned long long)(t1 - t0));
+	/* The last request is answered all the same. */
+	req = __atomic_load_n(&h->req, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 5000; i++) {
+		if (__atomic_load_n(&h->ack, __ATOMIC_SEQ_CST) == req)
+			break;
+		usleep(1000);
+	}
+	CHECK(__atomic_load_n(&h->ack, __ATOMIC_SEQ_CST) == req);
+	munmap(h, TF_STATS_HDR_SIZE);
+}
+
 static void live_checks(void)
 {
 	struct kid k = start_child();
@@ -407,6 +490,8 @@ static void live_checks(void)
 	CHECK(counter(out, "node0.rcache.max_regions") > 0);
 	free(out);
 	free(err);
+
+	tamper_checks(&k, path, pid_s);
 
 	/* Live: the next look sees what the child did since. */
 	CHECK(write(k.cmd, "m", 1) == 1);

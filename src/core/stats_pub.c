@@ -40,6 +40,9 @@
  * does not fit is counted in the header's dropped field. */
 #define SEG_CAPACITY 512
 #define SEG_SIZE     (TF_STATS_HDR_SIZE + SEG_CAPACITY * TF_STATS_ENTRY_SIZE)
+/* A refresh costs a full collect(); whoever bumps req in a loop gets at
+ * most one per millisecond. */
+#define REFRESH_MIN_NS 1000000ull
 
 struct tf__stats_pub {
 	/* Protects the node list and the build buffer, and serializes
@@ -51,6 +54,12 @@ struct tf__stats_pub {
 	pid_t pid;		  /* owner; a forked child never writes */
 	atomic_bool forked;	  /* set in a forked child, read unlocked */
 	atomic_uint served;	  /* the last req answered */
+	/* When the last refresh ended (tf__now_ns). */
+	_Atomic uint64_t refreshed_ns;
+	/* The segment's seqlock word, kept here: what is in the segment
+	 * is anyone's who can write it (an odd value stored there must not
+	 * make every later snapshot look torn).  Under lock. */
+	uint32_t seq;
 	struct tf_node *nodes;
 	unsigned next_node_id;
 	char path[64];
@@ -267,7 +276,7 @@ static void publish(struct tf__stats_pub *pub, uint32_t size)
 	uint8_t *seg = (uint8_t *)pub->seg;
 	const size_t proto = offsetof(struct tf_stats_hdr, seq);
 	const size_t proto_end = offsetof(struct tf_stats_hdr, flags);
-	uint32_t seq = __atomic_load_n(&pub->seg->seq, __ATOMIC_RELAXED);
+	uint32_t seq = pub->seq;
 
 	/* Odd seq first, then the data: the release fence keeps the stores
 	 * of the copy from becoming visible before the odd value, so a
@@ -277,6 +286,7 @@ static void publish(struct tf__stats_pub *pub, uint32_t size)
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	memcpy(seg, pub->build, proto);
 	memcpy(seg + proto_end, pub->build + proto_end, size - proto_end);
+	pub->seq = seq + 2;
 	__atomic_store_n(&pub->seg->seq, seq + 2, __ATOMIC_RELEASE);
 }
 
@@ -288,6 +298,11 @@ void tf__stats_pub_poll(struct tf_context *ctx)
 
 	if (req == atomic_load_explicit(&pub->served, memory_order_relaxed) ||
 	    atomic_load_explicit(&pub->forked, memory_order_relaxed))
+		return;
+	/* A request is pending: only now is the clock read. */
+	if (tf__now_ns() - atomic_load_explicit(&pub->refreshed_ns,
+						memory_order_relaxed) <
+	    REFRESH_MIN_NS)
 		return;
 	/* Another thread publishing will answer, or the next call will: a
 	 * poller never waits here. */
@@ -303,6 +318,10 @@ void tf__stats_pub_poll(struct tf_context *ctx)
 	publish(pub, collect(ctx, pub->build, SEG_CAPACITY, 0));
 	atomic_store_explicit(&pub->served, req, memory_order_relaxed);
 	__atomic_store_n(&pub->seg->ack, req, __ATOMIC_RELEASE);
+	/* From the end of the refresh: the owner spends at most a share of
+	 * its time on them, however long one takes. */
+	atomic_store_explicit(&pub->refreshed_ns, tf__now_ns(),
+			      memory_order_relaxed);
 out_unlock:
 	pthread_mutex_unlock(&pub->lock);
 }

@@ -20,6 +20,9 @@
  *  - A publisher whose pid is that of a live one (two containers sharing
  *    /dev/shm) takes the next free name and leaves the other's segment
  *    alone, at open and at close.
+ *  - Files that no owner wrote are not shown: a record with another pid
+ *    than its name's, a file with group or other bits (silently when
+ *    listing all), one of another user.
  *  - A FIFO named like a segment is reported, not opened for good (the
  *    tool runs under an alarm: a hang kills it).
  */
@@ -776,6 +779,71 @@ static void same_name_checks(void)
 	close(from[1]);
 }
 
+/* ------------------------------------------------------------ forged */
+
+/* Run the tool for our pid on the segment at @path (held locked as by an
+ * owner) and expect it to be ignored, with a message naming @why. */
+static void expect_ignored(const char *what, const char *path, const char *why)
+{
+	char pid_s[16], *out, *err;
+	int ret;
+
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)getpid());
+	ret = run_info(&out, &err, "-s", "--wait", "0", pid_s, (char *)NULL);
+	CHECKF(ret == 1 && !strstr(out, "context 997") && strstr(err, path) &&
+		       strstr(err, why),
+	       "%s: exit %d\n%s\n%s", what, ret, out, err);
+	tf_test_info("%s: %s", what, err);
+	free(out);
+	free(err);
+}
+
+/* Anyone can create a file in /dev/shm: the reader shows only segments
+ * that an owner could have written. */
+static void forged_checks(void)
+{
+	char path[128], pid_s[16], *out, *err;
+	int fd, ret;
+
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)getpid());
+	seg_path(path, sizeof(path), getpid(), 997);
+
+	/* What an owner writes is shown. */
+	fd = locked_file(path, (uint32_t)getpid(), 997);
+	ret = run_info(&out, &err, "-s", "--wait", "0", pid_s, (char *)NULL);
+	CHECKF(ret == 0 && strstr(out, "context 997:"),
+	       "honest segment: exit %d\n%s\n%s", ret, out, err);
+	free(out);
+	free(err);
+	close(fd);
+	CHECK(!unlink(path));
+
+	/* A record that names another process. */
+	fd = locked_file(path, 1, 997);
+	expect_ignored("record of another pid", path, "record of pid 1 ");
+	close(fd);
+	CHECK(!unlink(path));
+
+	/* Group or other bits: not an owner's, reported when its pid is
+	 * asked for, not when all are listed. */
+	fd = locked_file(path, (uint32_t)getpid(), 997);
+	CHECK(!fchmod(fd, 0644));
+	expect_ignored("0644 segment", path, "mode 0644");
+	ret = run_info(&out, &err, "-s", "--wait", "0", (char *)NULL);
+	CHECKF(ret >= 0 && !strstr(out, "context 997") && !strstr(err, path),
+	       "0644 segment in the listing: exit %d\n%s\n%s", ret, out, err);
+	free(out);
+	free(err);
+
+	/* Root reads a segment only if the pid's owner owns it. */
+	if (!geteuid()) {
+		CHECK(!fchmod(fd, 0600) && !fchown(fd, NOBODY, NOBODY));
+		expect_ignored("segment of another user", path, "uid 65534");
+	}
+	close(fd);
+	CHECK(!unlink(path));
+}
+
 /* -------------------------------------------------------- not a file */
 
 static void fifo_checks(void)
@@ -836,6 +904,7 @@ int main(void)
 	dump_checks();
 	stale_checks();
 	fifo_checks();
+	forged_checks();
 	same_name_checks();
 
 	/* Usage errors. */

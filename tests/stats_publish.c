@@ -22,7 +22,8 @@
  *    alone, at open and at close.
  *  - Files that no owner wrote are not shown: a record with another pid
  *    than its name's, a file with group or other bits (silently when
- *    listing all), one of another user.
+ *    listing all), one of another user; one truncated while the tool
+ *    reads it gives no SIGBUS.
  *  - A FIFO named like a segment is reported, not opened for good (the
  *    tool runs under an alarm: a hang kills it).
  */
@@ -49,6 +50,7 @@
 /* Long enough for a loaded machine; a tool that hangs dies of it. */
 #define TOOL_TIMEOUT_S 120
 
+#define N_TRUNC 100
 #define SPIN_NS 300000000ull
 #define BUMP_NS 100000000ull
 
@@ -802,8 +804,11 @@ static void expect_ignored(const char *what, const char *path, const char *why)
  * that an owner could have written. */
 static void forged_checks(void)
 {
+	uint8_t buf[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
 	char path[128], pid_s[16], *out, *err;
+	size_t len;
 	int fd, ret;
+	pid_t pid;
 
 	snprintf(pid_s, sizeof(pid_s), "%d", (int)getpid());
 	seg_path(path, sizeof(path), getpid(), 997);
@@ -840,6 +845,37 @@ static void forged_checks(void)
 		CHECK(!fchmod(fd, 0600) && !fchown(fd, NOBODY, NOBODY));
 		expect_ignored("segment of another user", path, "uid 65534");
 	}
+	close(fd);
+	CHECK(!unlink(path));
+
+	/* One truncated and rewritten in a loop while the tool reads it: an
+	 * error or a snapshot each time, never a signal (a mapping gave
+	 * SIGBUS in about one run in twenty). */
+	fd = locked_file(path, (uint32_t)getpid(), 997);
+	/* Not read back from the file: closing a descriptor of it would
+	 * drop our lock. */
+	tf__stats_init(buf, 4, 0, (uint32_t)getpid(), 997, 1000, "soft", "dev",
+		       "fake");
+	tf__stats_add(buf, "ctx.fake", 1);
+	len = tf__stats_seal(buf, 2000);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (!pid)
+		for (;;)
+			if (ftruncate(fd, 0) ||
+			    pwrite(fd, buf, len, 0) != (ssize_t)len)
+				_exit(1);
+	for (int i = 0; i < N_TRUNC; i++) {
+		ret = run_info(&out, &err, "-s", "--wait", "0", pid_s,
+			       (char *)NULL);
+		free(out);
+		free(err);
+		if (ret < 0)
+			break;
+	}
+	kill(pid, SIGKILL);
+	CHECK(waitpid(pid, NULL, 0) == pid);
+	CHECKF(ret >= 0, "tool killed reading a segment truncated under it");
 	close(fd);
 	CHECK(!unlink(path));
 }

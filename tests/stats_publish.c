@@ -7,18 +7,33 @@
  *    provider, and waits in tf_context_progress(); `tollfree-info -s PID`
  *    (and --json, and the listing of all) show exactly those counts, and
  *    show more after the child did more: the snapshot is live.  Its
- *    segment is 0600 and goes away when the context closes.
+ *    segment is 0600 and goes away when the context closes.  An odd seq
+ *    written into it does not stop the next snapshot, and req bumped in
+ *    a loop gets at most one refresh per millisecond.
  *  - The close-time dump of that context reads back with -s FILE; damaged
  *    copies of it (truncated, bad magic, huge counts, ...) give a clean
  *    error exit and no output.
  *  - A segment whose owner died, and one nobody holds the lock of although
- *    its pid lives, are recognised as stale and removed by the reader.
+ *    its pid lives, are recognised as stale and removed by the reader;
+ *    so is one whose owner was killed while a child it forked without
+ *    exec lives on.
+ *  - A publisher whose pid is that of a live one (two containers sharing
+ *    /dev/shm) takes the next free name and leaves the other's segment
+ *    alone, at open and at close.
+ *  - Files that no owner wrote are not shown: a record with another pid
+ *    than its name's, a file with group or other bits (silently when
+ *    listing all), one of another user; one truncated while the tool
+ *    reads it gives no SIGBUS.
+ *  - A FIFO named like a segment is reported, not opened for good (the
+ *    tool runs under an alarm: a hang kills it).
  */
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <time.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,8 +46,18 @@
 #define MSG	 1024
 #define WAIT	 "20000" /* ms for the child to answer (--wait) */
 
+#define NOBODY 65534
+/* Long enough for a loaded machine; a tool that hangs dies of it. */
+#define TOOL_TIMEOUT_S 120
+
+#define N_TRUNC 100
+#define SPIN_NS 300000000ull
+#define BUMP_NS 100000000ull
+
 static char dir[64];
 static char dump_path[128];
+/* Run tollfree-info as this user when not 0 (we are root). */
+static uid_t run_as;
 
 /* ------------------------------------------------------------ parser */
 
@@ -140,7 +165,7 @@ static char *read_text(const char *path)
 
 /* Run tollfree-info with @args (NULL-terminated); its stdout and stderr
  * land in the strings returned.  Returns the exit status, or -1 if it
- * died of a signal (a crash on bad input). */
+ * died of a signal (a crash on bad input, or it hung). */
 static int run_info(char **out_p, char **err_p, ...)
 {
 	char out_path[160], err_path[160];
@@ -164,6 +189,10 @@ static int run_info(char **out_p, char **err_p, ...)
 
 		if (o < 0 || e < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0)
 			_exit(126);
+		if (run_as && (setgid(run_as) || setuid(run_as)))
+			_exit(126);
+		/* Kept across exec: a tool that hangs is killed. */
+		alarm(TOOL_TIMEOUT_S);
 		execv(argv[0], (char *const *)argv);
 		_exit(127);
 	}
@@ -171,6 +200,14 @@ static int run_info(char **out_p, char **err_p, ...)
 	*out_p = read_text(out_path);
 	*err_p = read_text(err_path);
 	return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* The value printed for counter @name in -s output ("  name  value"), or
@@ -277,7 +314,9 @@ static char child_wait(struct child *c, int fd)
 }
 
 /* Commands: 'm' more writes, 'q' close and exit, 'k' exit without
- * closing (a crash). */
+ * closing (a crash), 's' call tf_context_progress() in a loop for
+ * SPIN_NS, 'f' fork a child without exec that only waits for
+ * its end, and send its pid. */
 static void child_main(int cmd_fd, int ack_fd)
 {
 	struct child c;
@@ -295,6 +334,22 @@ static void child_main(int cmd_fd, int ack_fd)
 			CHECK(write(ack_fd, "r", 1) == 1);
 		} else if (cmd == 'k') {
 			_exit(0);
+		} else if (cmd == 's') {
+			uint64_t end = now_ns() + SPIN_NS;
+
+			/* As fast as it can: a refresh per call if req
+			 * moves each time and nothing limits them. */
+			while (now_ns() < end)
+				CHECK(tf_context_progress(c.ctx) >= 0);
+			CHECK(write(ack_fd, "r", 1) == 1);
+		} else if (cmd == 'f') {
+			pid_t g = fork();
+
+			CHECK(g >= 0);
+			if (!g)
+				for (;;)
+					pause();
+			CHECK(write(ack_fd, &g, sizeof(g)) == sizeof(g));
 		} else {
 			break;
 		}
@@ -350,6 +405,65 @@ static void seg_path(char *buf, size_t len, pid_t pid, unsigned id)
 
 /* -------------------------------------------------------------- live */
 
+/* What anyone who can write a segment can do to its owner: neither an
+ * odd seq nor req bumped in a loop takes the snapshot or the owner down. */
+static void tamper_checks(struct kid *k, const char *path, const char *pid_s)
+{
+	struct tf_stats_hdr *h;
+	uint32_t req, ack, last, seen = 0;
+	uint64_t t0, t1;
+	char *out, *err, r;
+	int fd;
+
+	fd = open(path, O_RDWR);
+	CHECK(fd >= 0);
+	h = mmap(NULL, TF_STATS_HDR_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+		 fd, 0);
+	CHECK(h != MAP_FAILED);
+	close(fd);
+
+	/* An odd seq: the owner's next snapshot is whole again. */
+	__atomic_store_n(&h->seq, 12345, __ATOMIC_SEQ_CST);
+	CHECK(run_info(&out, &err, "-s", "--wait", WAIT, pid_s, (char *)NULL) ==
+	      0);
+	CHECKF(!strstr(out, "not refreshed") &&
+		       counter(out, "ctx.send_posted") == N_WRITES,
+	       "after an odd seq:\n%s\n%s", out, err);
+	free(out);
+	free(err);
+
+	/* req bumped every few microseconds while the owner polls as fast
+	 * as it can: it answers, but at most once per millisecond.  (We
+	 * sleep between bumps so that the owner gets a CPU on a busy
+	 * machine: without the limit it would answer nearly every bump.) */
+	CHECK(write(k->cmd, "s", 1) == 1);
+	last = __atomic_load_n(&h->ack, __ATOMIC_SEQ_CST);
+	t0 = now_ns();
+	while ((t1 = now_ns()) - t0 < BUMP_NS) {
+		__atomic_add_fetch(&h->req, 1, __ATOMIC_SEQ_CST);
+		usleep(20);
+		ack = __atomic_load_n(&h->ack, __ATOMIC_SEQ_CST);
+		if (ack != last) {
+			seen++;
+			last = ack;
+		}
+	}
+	CHECK(read(k->ack, &r, 1) == 1);
+	tf_test_info("%u refreshes in %.1f ms of requests", seen,
+		     (double)(t1 - t0) / 1e6);
+	CHECKF(seen <= (t1 - t0) / 1000000 + 2, "%u refreshes in %llu ns", seen,
+	       (unsigned long long)(t1 - t0));
+	/* The last request is answered all the same. */
+	req = __atomic_load_n(&h->req, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 5000; i++) {
+		if (__atomic_load_n(&h->ack, __ATOMIC_SEQ_CST) == req)
+			break;
+		usleep(1000);
+	}
+	CHECK(__atomic_load_n(&h->ack, __ATOMIC_SEQ_CST) == req);
+	munmap(h, TF_STATS_HDR_SIZE);
+}
+
 static void live_checks(void)
 {
 	struct kid k = start_child();
@@ -381,6 +495,8 @@ static void live_checks(void)
 	CHECK(counter(out, "node0.rcache.max_regions") > 0);
 	free(out);
 	free(err);
+
+	tamper_checks(&k, path, pid_s);
 
 	/* Live: the next look sees what the child did since. */
 	CHECK(write(k.cmd, "m", 1) == 1);
@@ -509,6 +625,8 @@ static void stale_checks(void)
 	uint8_t rec[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
 	struct stat st;
 	size_t len;
+	pid_t g;
+	int ret;
 
 	/* A process that dies without closing leaves its segment behind. */
 	snprintf(pid_s, sizeof(pid_s), "%d", (int)k.pid);
@@ -535,6 +653,263 @@ static void stale_checks(void)
 	       fake);
 	free(out);
 	free(err);
+
+	/* The owner killed while a child it forked without exec runs: the
+	 * child does not keep the segment looking live. */
+	k = start_child();
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)k.pid);
+	seg_path(path, sizeof(path), k.pid, 0);
+	CHECK(write(k.cmd, "f", 1) == 1);
+	CHECK(read(k.ack, &g, sizeof(g)) == sizeof(g) && g > 0);
+	CHECK(!kill(k.pid, SIGKILL));
+	CHECK(waitpid(k.pid, NULL, 0) == k.pid);
+	close(k.cmd);
+	close(k.ack);
+	ret = run_info(&out, &err, "-s", pid_s, (char *)NULL);
+	/* The forked child was still there; it goes before any check can
+	 * end the test. */
+	CHECK(!kill(g, SIGKILL));
+	CHECK(ret == 1);
+	CHECKF(strstr(err, "removed stale"),
+	       "segment of a killed owner not stale:\n%s\n%s", out, err);
+	CHECK(!strstr(out, "context 0"));
+	CHECKF(stat(path, &st) && errno == ENOENT, "stale %s not removed",
+	       path);
+	free(out);
+	free(err);
+}
+
+/* --------------------------------------------------------- same name */
+
+/* A file locked the way an owner locks its segment, held by us. */
+static int locked_file(const char *path, uint32_t pid, uint32_t id)
+{
+	struct flock wr = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+	uint8_t rec[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
+	size_t len;
+	int fd;
+
+	tf__stats_init(rec, 4, 0, pid, id, 1000, "soft", "dev", "fake");
+	tf__stats_add(rec, "ctx.fake", 1);
+	len = tf__stats_seal(rec, 2000);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	CHECKF(fd >= 0, "create %s: %s", path, strerror(errno));
+	CHECK(write(fd, rec, len) == (ssize_t)len);
+	CHECK(!fcntl(fd, F_SETLK, &wr));
+	return fd;
+}
+
+static bool same_file(const char *path, int fd)
+{
+	struct stat st, st2;
+
+	return !stat(path, &st) && !fstat(fd, &st2) &&
+	       st.st_dev == st2.st_dev && st.st_ino == st2.st_ino;
+}
+
+/* A process whose pid another live publisher has (two containers that
+ * share /dev/shm): neither replaces nor removes the other's segment. */
+static void same_name_checks(void)
+{
+	int to[2], from[2], status, live, stale, other;
+	char p0[128], p1[128], p2[128], pid_s[16], c, *out, *err;
+	uint8_t rec[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
+	pid_t pid;
+
+	CHECK(!pipe(to) && !pipe(from));
+	pid = fork();
+	CHECK(pid >= 0);
+	if (!pid) {
+		tf_context_params_t cp = {
+			.field_mask = TF_CONTEXT_PARAM_PROVIDER |
+				      TF_CONTEXT_PARAM_TRANSPORT,
+			.provider = "soft",
+			.transport = "shm",
+		};
+		tf_context_t *ctx;
+
+		tf_test_begin("stats_publish[same name]");
+		CHECK(read(to[0], &c, 1) == 1);
+		CHECK_OK(tf_context_open(&cp, &ctx));
+		CHECK(write(from[1], "r", 1) == 1);
+		CHECK(read(to[0], &c, 1) == 1);
+		/* It says that it leaves the file alone. */
+		tf_test_expect_log(1);
+		tf_context_close(ctx);
+		_exit(tf_test_end() == TF_TEST_PASS ? 0 : 1);
+	}
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)pid);
+	/* Context 0 of the child's pid is taken by a live process (us),
+	 * context 1 is a leftover of a dead one. */
+	seg_path(p0, sizeof(p0), pid, 0);
+	seg_path(p1, sizeof(p1), pid, 1);
+	seg_path(p2, sizeof(p2), pid, 2);
+	live = locked_file(p0, (uint32_t)pid, 0);
+	stale = open(p1, O_RDWR | O_CREAT | O_EXCL, 0600);
+	CHECK(stale >= 0);
+	CHECK(write(stale, rec, make_record(rec, 4)) > 0);
+	CHECK(write(to[1], "g", 1) == 1);
+	CHECKF(read(from[0], &c, 1) == 1, "child died opening its context");
+
+	/* The child took the first free name; the stale one went. */
+	CHECKF(same_file(p0, live), "live %s replaced", p0);
+	CHECKF(!same_file(p1, stale), "stale %s not replaced", p1);
+	CHECK(run_info(&out, &err, "-s", "--wait", "0", pid_s, (char *)NULL) ==
+	      0);
+	CHECKF(strstr(out, "context 1:") && strstr(out, "ctx.fake"),
+	       "both contexts not shown:\n%s\n%s", out, err);
+	free(out);
+	free(err);
+	close(stale);
+
+	/* Its name taken from it (by hand) while it runs: at close it does
+	 * not remove what is there now. */
+	other = locked_file(p2, (uint32_t)pid, 1);
+	CHECK(!rename(p2, p1));
+	CHECK(write(to[1], "q", 1) == 1);
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	       "child status 0x%x", status);
+	CHECKF(same_file(p1, other), "%s removed by its former owner", p1);
+	CHECKF(same_file(p0, live), "live %s removed", p0);
+	CHECK(!unlink(p0) && !unlink(p1));
+	close(live);
+	close(other);
+	close(to[0]);
+	close(to[1]);
+	close(from[0]);
+	close(from[1]);
+}
+
+/* ------------------------------------------------------------ forged */
+
+/* Run the tool for our pid on the segment at @path (held locked as by an
+ * owner) and expect it to be ignored, with a message naming @why. */
+static void expect_ignored(const char *what, const char *path, const char *why)
+{
+	char pid_s[16], *out, *err;
+	int ret;
+
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)getpid());
+	ret = run_info(&out, &err, "-s", "--wait", "0", pid_s, (char *)NULL);
+	CHECKF(ret == 1 && !strstr(out, "context 997") && strstr(err, path) &&
+		       strstr(err, why),
+	       "%s: exit %d\n%s\n%s", what, ret, out, err);
+	tf_test_info("%s: %s", what, err);
+	free(out);
+	free(err);
+}
+
+/* Anyone can create a file in /dev/shm: the reader shows only segments
+ * that an owner could have written. */
+static void forged_checks(void)
+{
+	uint8_t buf[TF_STATS_HDR_SIZE + 4 * TF_STATS_ENTRY_SIZE];
+	char path[128], pid_s[16], *out, *err;
+	size_t len;
+	int fd, ret;
+	pid_t pid;
+
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)getpid());
+	seg_path(path, sizeof(path), getpid(), 997);
+
+	/* What an owner writes is shown. */
+	fd = locked_file(path, (uint32_t)getpid(), 997);
+	ret = run_info(&out, &err, "-s", "--wait", "0", pid_s, (char *)NULL);
+	CHECKF(ret == 0 && strstr(out, "context 997:"),
+	       "honest segment: exit %d\n%s\n%s", ret, out, err);
+	free(out);
+	free(err);
+	close(fd);
+	CHECK(!unlink(path));
+
+	/* A record that names another process. */
+	fd = locked_file(path, 1, 997);
+	expect_ignored("record of another pid", path, "record of pid 1 ");
+	close(fd);
+	CHECK(!unlink(path));
+
+	/* Group or other bits: not an owner's, reported when its pid is
+	 * asked for, not when all are listed. */
+	fd = locked_file(path, (uint32_t)getpid(), 997);
+	CHECK(!fchmod(fd, 0644));
+	expect_ignored("0644 segment", path, "mode 0644");
+	ret = run_info(&out, &err, "-s", "--wait", "0", (char *)NULL);
+	CHECKF(ret >= 0 && !strstr(out, "context 997") && !strstr(err, path),
+	       "0644 segment in the listing: exit %d\n%s\n%s", ret, out, err);
+	free(out);
+	free(err);
+
+	/* Root reads a segment only if the pid's owner owns it. */
+	if (!geteuid()) {
+		CHECK(!fchmod(fd, 0600) && !fchown(fd, NOBODY, NOBODY));
+		expect_ignored("segment of another user", path, "uid 65534");
+	}
+	close(fd);
+	CHECK(!unlink(path));
+
+	/* One truncated and rewritten in a loop while the tool reads it: an
+	 * error or a snapshot each time, never a signal (a mapping gave
+	 * SIGBUS in about one run in twenty). */
+	fd = locked_file(path, (uint32_t)getpid(), 997);
+	/* Not read back from the file: closing a descriptor of it would
+	 * drop our lock. */
+	tf__stats_init(buf, 4, 0, (uint32_t)getpid(), 997, 1000, "soft", "dev",
+		       "fake");
+	tf__stats_add(buf, "ctx.fake", 1);
+	len = tf__stats_seal(buf, 2000);
+	pid = fork();
+	CHECK(pid >= 0);
+	if (!pid)
+		for (;;)
+			if (ftruncate(fd, 0) ||
+			    pwrite(fd, buf, len, 0) != (ssize_t)len)
+				_exit(1);
+	for (int i = 0; i < N_TRUNC; i++) {
+		ret = run_info(&out, &err, "-s", "--wait", "0", pid_s,
+			       (char *)NULL);
+		free(out);
+		free(err);
+		if (ret < 0)
+			break;
+	}
+	kill(pid, SIGKILL);
+	CHECK(waitpid(pid, NULL, 0) == pid);
+	CHECKF(ret >= 0, "tool killed reading a segment truncated under it");
+	close(fd);
+	CHECK(!unlink(path));
+}
+
+/* -------------------------------------------------------- not a file */
+
+static void fifo_checks(void)
+{
+	char path[128], pid_s[16], *out, *err;
+	int ret;
+
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)getpid());
+	seg_path(path, sizeof(path), getpid(), 998);
+	CHECKF(!mkfifo(path, 0444), "mkfifo %s: %s", path, strerror(errno));
+	/* The tool's read-write open fails on a 0444 FIFO and the read-only
+	 * one would wait for a writer.  Root may open it read-write, which
+	 * does not wait: so as root, run the tool as nobody, owner of the
+	 * FIFO. */
+	if (!geteuid()) {
+		CHECK(!chown(path, NOBODY, NOBODY));
+		run_as = NOBODY;
+	}
+	ret = run_info(&out, &err, "-s", "--wait", "0", pid_s, (char *)NULL);
+	CHECKF(ret == 1, "FIFO asked for: exit %d (-1: hung)", ret);
+	CHECKF(!*out && strstr(err, path), "FIFO not reported:\n%s", err);
+	free(out);
+	free(err);
+	ret = run_info(&out, &err, "-s", "--wait", "0", (char *)NULL);
+	CHECKF(ret >= 0, "listing with a FIFO: exit %d (-1: hung)", ret);
+	CHECK(!strstr(out, "context 998"));
+	free(out);
+	free(err);
+	run_as = 0;
+	CHECK(!unlink(path));
 }
 
 int main(void)
@@ -564,6 +939,9 @@ int main(void)
 	live_checks();
 	dump_checks();
 	stale_checks();
+	fifo_checks();
+	forged_checks();
+	same_name_checks();
 
 	/* Usage errors. */
 	CHECK(run_info(&out, &err, "-s", "1", "2", (char *)NULL) == 2);

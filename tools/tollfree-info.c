@@ -27,8 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -506,11 +504,12 @@ static bool segment_name(const char *name, uint32_t *pid_p, uint32_t *id_p)
 
 /* A live segment being read: opened and asked for a snapshot first, all
  * of them, so that the processes refresh in parallel and one --wait
- * covers them all. */
+ * covers them all.  Never mapped: whoever can write the file can truncate
+ * it, and a mapping turns that into SIGBUS; pread() and pwrite() only
+ * come up short. */
 struct seg {
 	uint32_t pid, id;
-	int fd;	      /* -1: skip (stale, gone or failed) */
-	uint8_t *map; /* NULL: not mapped */
+	int fd; /* -1: skip (stale, gone, foreign or failed) */
 	size_t size;
 	bool asked;    /* req bumped (the file was writable) */
 	uint32_t want; /* the req value to see acknowledged */
@@ -533,33 +532,46 @@ static void seg_path(const struct seg *s, char *buf, size_t len)
 
 static void seg_close(struct seg *s)
 {
-	if (s->map)
-		munmap(s->map, s->size);
 	if (s->fd >= 0)
 		close(s->fd);
-	s->map = NULL;
 	s->fd = -1;
 }
 
-/* Copy the live record out of the mapping under its seqlock, so that the
- * parser sees one consistent snapshot.  0, or -EAGAIN if the owner kept
- * rewriting it. */
-static int snapshot(const uint8_t *map, size_t len, uint8_t *copy)
+/* One of the protocol words (seq, req, ack) of the segment at @fd, in
+ * native order.  0, or -1 if the file is shorter now. */
+static int seg_word(int fd, size_t off, uint32_t *v)
 {
-	const uint32_t *seqp =
-		(const uint32_t *)(map + offsetof(struct tf_stats_hdr, seq));
+	if (pread(fd, v, sizeof(*v), (off_t)off) != (ssize_t)sizeof(*v))
+		return -1;
+	/* The read completes before whatever we read next. */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return 0;
+}
 
+#define SEQ_OFF offsetof(struct tf_stats_hdr, seq)
+#define REQ_OFF offsetof(struct tf_stats_hdr, req)
+#define ACK_OFF offsetof(struct tf_stats_hdr, ack)
+
+/* Copy the live record out of the segment under its seqlock, so that the
+ * parser sees one consistent snapshot.  0, -EAGAIN if the owner kept
+ * rewriting it, -ENODATA if the file shrank. */
+static int snapshot(int fd, size_t len, uint8_t *copy)
+{
 	for (int tries = 0; tries < 1000; tries++) {
-		uint32_t s1 = __atomic_load_n(seqp, __ATOMIC_ACQUIRE);
+		uint32_t s1, s2;
 
+		if (seg_word(fd, SEQ_OFF, &s1))
+			return -ENODATA;
 		if (s1 & 1) {
 			usleep(100);
 			continue;
 		}
-		memcpy(copy, map, len);
-		/* The copy's loads complete before seq is read again. */
+		if (pread(fd, copy, len, 0) != (ssize_t)len)
+			return -ENODATA;
 		__atomic_thread_fence(__ATOMIC_ACQUIRE);
-		if (__atomic_load_n(seqp, __ATOMIC_RELAXED) == s1)
+		if (seg_word(fd, SEQ_OFF, &s2))
+			return -ENODATA;
+		if (s2 == s1)
 			return 0;
 	}
 	return -EAGAIN;
@@ -569,44 +581,113 @@ static int snapshot(const uint8_t *map, size_t len, uint8_t *copy)
  * other readers bump req too. */
 static bool seg_answered(const struct seg *s)
 {
-	const uint32_t *ackp =
-		(const uint32_t *)(s->map + offsetof(struct tf_stats_hdr, ack));
+	uint32_t ack;
 
-	return s->asked && (int32_t)(__atomic_load_n(ackp, __ATOMIC_ACQUIRE) -
-				     s->want) >= 0;
+	return s->asked && !seg_word(s->fd, ACK_OFF, &ack) &&
+	       (int32_t)(ack - s->want) >= 0;
 }
 
-/* Open, check and map one segment and ask its owner for a snapshot.
- * Returns 0 (mapped), 1 (stale or gone: removed or ignored, s->fd -1) or
- * -1 (an error, reported). */
-static int seg_open(struct seg *s)
+/* Whether a process holds a write lock on the segment open at @fd: its
+ * owner.  When we cannot tell, it is not stale. */
+static bool seg_locked(int fd)
+{
+	struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
+
+	if (fcntl(fd, F_GETLK, &fl))
+		return true;
+	return fl.l_type != F_UNLCK;
+}
+
+/* Whether the file @st could be an honest segment of s->pid that we may
+ * trust: an owner creates it 0600, as its effective uid.  Anyone can
+ * create files in /dev/shm, so a file with group or other bits, or
+ * another user's (for root: not the uid of s->pid), is not read: it could
+ * be forged, or truncated under us.  1: ours; 0: foreign; -1 (root only):
+ * s->pid is gone, so it has no owner to compare with. */
+static int seg_trusted(const struct seg *s, const struct stat *st)
+{
+	char proc[32];
+	struct stat ps;
+	uid_t me = geteuid();
+
+	if (st->st_mode & (S_IRWXG | S_IRWXO))
+		return 0;
+	if (me)
+		return st->st_uid == me;
+	snprintf(proc, sizeof(proc), "/proc/%" PRIu32, s->pid);
+	if (stat(proc, &ps))
+		return -1;
+	return st->st_uid == ps.st_uid;
+}
+
+/* Open and check one segment and ask its owner for a snapshot.  Returns
+ * 0 (open), 1 (stale or gone: removed or ignored; or foreign while
+ * listing all: skipped silently; s->fd -1) or -1 (an error, reported).
+ * @quiet: listing all, not looking for one pid. */
+static int seg_open(struct seg *s, bool quiet)
 {
 	char path[128];
-	struct stat st;
+	struct stat st, st2;
 	bool writable = true;
-	uint32_t *reqp;
-	void *map;
+	uint32_t req;
+	int trust;
 
 	s->fd = -1;
-	s->map = NULL;
 	s->asked = false;
 	seg_path(s, path, sizeof(path));
-	s->fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO (or a device) named like a segment must not
+	 * block the open; fstat() below rejects anything but a file. */
+	s->fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	if (s->fd < 0 && errno == EACCES) {
 		writable = false;
-		s->fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		s->fd = open(path,
+			     O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 	}
 	if (s->fd < 0) {
 		if (errno == ENOENT)
 			return 1; /* closed meanwhile */
+		if (errno == EACCES && quiet)
+			return 1; /* another user's */
 		fprintf(stderr, "tollfree-info: %s: %s\n", path,
 			strerror(errno));
 		return -1;
 	}
-	/* The owner holds an exclusive lock while the context is open; if
-	 * we get a shared one, nobody does. */
-	if (!flock(s->fd, LOCK_SH | LOCK_NB)) {
-		if (!unlink(path))
+	if (fstat(s->fd, &st)) {
+		fprintf(stderr, "tollfree-info: %s: %s\n", path,
+			strerror(errno));
+		seg_close(s);
+		return -1;
+	}
+	trust = seg_trusted(s, &st);
+	/* A segment whose pid is gone is stale if nobody holds its lock; if
+	 * somebody does, it is not the owner. */
+	if (!trust || (trust < 0 && seg_locked(s->fd))) {
+		if (!quiet)
+			fprintf(stderr,
+				"tollfree-info: %s: ignored: owner uid %u and "
+				"mode %04o, not those of a segment of pid "
+				"%" PRIu32 "\n",
+				path, (unsigned)st.st_uid,
+				(unsigned)(st.st_mode & 07777), s->pid);
+		seg_close(s);
+		return quiet ? 1 : -1;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size < TF_STATS_HDR_SIZE ||
+	    st.st_size > MAX_SEGMENT_BYTES) {
+		fprintf(stderr, "tollfree-info: %s: not a statistics segment\n",
+			path);
+		seg_close(s);
+		return -1;
+	}
+	/* The owner holds a POSIX write lock while the context is open (not
+	 * a flock: see stats_pub.c); if none is held, nobody owns it. */
+	if (!seg_locked(s->fd)) {
+		/* Only the file found stale: a new owner with the same pid
+		 * may have linked its segment to the name meanwhile. */
+		if (stat(path, &st2) || st2.st_dev != st.st_dev ||
+		    st2.st_ino != st.st_ino)
+			; /* replaced or gone: not ours to remove */
+		else if (!unlink(path))
 			fprintf(stderr,
 				"tollfree-info: removed stale %s (pid %" PRIu32
 				" exited without closing its context)\n",
@@ -620,33 +701,21 @@ static int seg_open(struct seg *s)
 		seg_close(s);
 		return 1;
 	}
-	if (fstat(s->fd, &st) || !S_ISREG(st.st_mode) ||
-	    st.st_size < TF_STATS_HDR_SIZE || st.st_size > MAX_SEGMENT_BYTES) {
-		fprintf(stderr, "tollfree-info: %s: not a statistics segment\n",
-			path);
-		seg_close(s);
-		return -1;
-	}
 	s->size = (size_t)st.st_size;
-	map = mmap(NULL, s->size, PROT_READ | (writable ? PROT_WRITE : 0),
-		   MAP_SHARED, s->fd, 0);
-	if (map == MAP_FAILED) {
-		fprintf(stderr, "tollfree-info: mmap %s: %s\n", path,
-			strerror(errno));
-		seg_close(s);
-		return -1;
-	}
-	s->map = map;
-	if (writable) {
-		reqp = (uint32_t *)(s->map +
-				    offsetof(struct tf_stats_hdr, req));
-		s->want = __atomic_add_fetch(reqp, 1, __ATOMIC_SEQ_CST);
-		s->asked = true;
+	/* Read and write back rather than an atomic add: two readers may
+	 * store the same value, which one refresh answers for both. */
+	if (writable && !seg_word(s->fd, REQ_OFF, &req)) {
+		req++;
+		if (pwrite(s->fd, &req, sizeof(req), (off_t)REQ_OFF) ==
+		    (ssize_t)sizeof(req)) {
+			s->want = req;
+			s->asked = true;
+		}
 	}
 	return 0;
 }
 
-/* Print a mapped segment.  0 or -1 (reported). */
+/* Print an open segment.  0 or -1 (reported). */
 static int seg_show(struct stats_out *o, struct seg *s)
 {
 	char path[128];
@@ -661,15 +730,28 @@ static int seg_show(struct stats_out *o, struct seg *s)
 		fprintf(stderr, "tollfree-info: out of memory\n");
 		return -1;
 	}
-	if (snapshot(s->map, s->size, copy)) {
-		fprintf(stderr, "tollfree-info: %s: no stable snapshot\n",
-			path);
+	ret = snapshot(s->fd, s->size, copy);
+	if (ret) {
+		fprintf(stderr, "tollfree-info: %s: %s\n", path,
+			ret == -EAGAIN ? "no stable snapshot"
+				       : "truncated while read");
+		ret = -1;
 		goto out;
 	}
 	ret = tf__stats_parse(copy, s->size, &r);
 	if (ret) {
 		fprintf(stderr, "tollfree-info: %s: %s\n", path,
 			tf__stats_parse_error(ret));
+		ret = -1;
+		goto out;
+	}
+	/* An owner writes its own pid and context number; a record that
+	 * names another process is not shown as that process. */
+	if (r.pid != s->pid || r.ctx_id != s->id) {
+		fprintf(stderr,
+			"tollfree-info: %s: ignored: record of pid %" PRIu32
+			" context %" PRIu32 "\n",
+			path, r.pid, r.ctx_id);
 		ret = -1;
 		goto out;
 	}
@@ -686,7 +768,7 @@ static void wait_answers(struct seg *v, size_t n, int wait_ms)
 		size_t pending = 0;
 
 		for (size_t i = 0; i < n; i++)
-			if (v[i].map && v[i].asked && !seg_answered(&v[i]))
+			if (v[i].fd >= 0 && v[i].asked && !seg_answered(&v[i]))
 				pending++;
 		if (!pending || waited >= wait_ms)
 			return;
@@ -733,12 +815,12 @@ static int stats_live(struct stats_out *o, uint32_t pid, int wait_ms)
 	if (n)
 		qsort(v, n, sizeof(*v), cmp_seg);
 	for (size_t i = 0; i < n; i++)
-		if (seg_open(&v[i]) < 0)
+		if (seg_open(&v[i], !pid) < 0)
 			errors++;
 	wait_answers(v, n, wait_ms);
 	out_begin(o);
 	for (size_t i = 0; i < n; i++) {
-		if (v[i].map && seg_show(o, &v[i]))
+		if (v[i].fd >= 0 && seg_show(o, &v[i]))
 			errors++;
 		seg_close(&v[i]);
 	}

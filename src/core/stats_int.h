@@ -7,9 +7,11 @@
  * The published snapshot is refreshed on demand: a reader bumps the
  * segment's req word and the owner answers the next time one of its
  * threads polls a CQ (tf_cq_poll, tf_cq_wait, sessions) or calls
- * tf_context_progress().  Nothing is written while nobody asks, so the
- * data path pays one predictable branch when publication is off and one
- * load of a rarely written shared word when it is on.
+ * tf_context_progress(), at most once per millisecond however often req
+ * moves.  Nothing is written while nobody asks, so the data path pays one
+ * predictable branch when publication is off and one load of a rarely
+ * written shared word when it is on; the clock is read only while a
+ * request is pending.
  */
 #ifndef TOLLFREE_STATS_INT_H
 #define TOLLFREE_STATS_INT_H

@@ -5,10 +5,17 @@
  * dumped at close (TOLLFREE_STATS).  See stats_int.h for when the live
  * snapshot is refreshed and stats_fmt.h for the record.
  *
- * Liveness: the owner holds an exclusive flock on its segment for as long
- * as the context is open.  The kernel drops it when the process dies, so a
- * reader that can take a shared lock knows the segment is stale, whatever
- * happened to the pid since.
+ * Liveness: the owner holds a POSIX write lock (fcntl F_SETLK) on its
+ * segment for as long as the context is open.  The kernel drops it when
+ * the process dies, so a reader that finds no write lock knows the segment
+ * is stale, whatever happened to the pid since.  Not flock(): a child
+ * forked without exec shares the open file description and with it a
+ * flock, so the segment of a parent killed by SIGKILL would look live as
+ * long as the child runs.  A POSIX lock is not inherited by fork(), but it
+ * goes when its process closes ANY descriptor of the file: nothing in the
+ * library opens a segment it owns but pub_open() (the descriptor kept in
+ * pub->fd until pub_close()).  A TOLLFREE_STATS=file: path naming a live
+ * segment of the same process would break that; nobody has a reason to.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,9 +23,9 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +40,9 @@
  * does not fit is counted in the header's dropped field. */
 #define SEG_CAPACITY 512
 #define SEG_SIZE     (TF_STATS_HDR_SIZE + SEG_CAPACITY * TF_STATS_ENTRY_SIZE)
+/* A refresh costs a full collect(); whoever bumps req in a loop gets at
+ * most one per millisecond. */
+#define REFRESH_MIN_NS 1000000ull
 
 struct tf__stats_pub {
 	/* Protects the node list and the build buffer, and serializes
@@ -40,10 +50,16 @@ struct tf__stats_pub {
 	pthread_mutex_t lock;
 	struct tf_stats_hdr *seg; /* the shared mapping, SEG_SIZE bytes */
 	uint8_t *build;		  /* the next record, assembled privately */
-	int fd;			  /* holds the flock */
+	int fd;			  /* holds the write lock */
 	pid_t pid;		  /* owner; a forked child never writes */
 	atomic_bool forked;	  /* set in a forked child, read unlocked */
 	atomic_uint served;	  /* the last req answered */
+	/* When the last refresh ended (tf__now_ns). */
+	_Atomic uint64_t refreshed_ns;
+	/* The segment's seqlock word, kept here: what is in the segment
+	 * is anyone's who can write it (an odd value stored there must not
+	 * make every later snapshot look torn).  Under lock. */
+	uint32_t seq;
 	struct tf_node *nodes;
 	unsigned next_node_id;
 	char path[64];
@@ -260,7 +276,7 @@ static void publish(struct tf__stats_pub *pub, uint32_t size)
 	uint8_t *seg = (uint8_t *)pub->seg;
 	const size_t proto = offsetof(struct tf_stats_hdr, seq);
 	const size_t proto_end = offsetof(struct tf_stats_hdr, flags);
-	uint32_t seq = __atomic_load_n(&pub->seg->seq, __ATOMIC_RELAXED);
+	uint32_t seq = pub->seq;
 
 	/* Odd seq first, then the data: the release fence keeps the stores
 	 * of the copy from becoming visible before the odd value, so a
@@ -270,6 +286,7 @@ static void publish(struct tf__stats_pub *pub, uint32_t size)
 	__atomic_thread_fence(__ATOMIC_RELEASE);
 	memcpy(seg, pub->build, proto);
 	memcpy(seg + proto_end, pub->build + proto_end, size - proto_end);
+	pub->seq = seq + 2;
 	__atomic_store_n(&pub->seg->seq, seq + 2, __ATOMIC_RELEASE);
 }
 
@@ -281,6 +298,11 @@ void tf__stats_pub_poll(struct tf_context *ctx)
 
 	if (req == atomic_load_explicit(&pub->served, memory_order_relaxed) ||
 	    atomic_load_explicit(&pub->forked, memory_order_relaxed))
+		return;
+	/* A request is pending: only now is the clock read. */
+	if (tf__now_ns() - atomic_load_explicit(&pub->refreshed_ns,
+						memory_order_relaxed) <
+	    REFRESH_MIN_NS)
 		return;
 	/* Another thread publishing will answer, or the next call will: a
 	 * poller never waits here. */
@@ -296,12 +318,81 @@ void tf__stats_pub_poll(struct tf_context *ctx)
 	publish(pub, collect(ctx, pub->build, SEG_CAPACITY, 0));
 	atomic_store_explicit(&pub->served, req, memory_order_relaxed);
 	__atomic_store_n(&pub->seg->ack, req, __ATOMIC_RELEASE);
+	/* From the end of the refresh: the owner spends at most a share of
+	 * its time on them, however long one takes. */
+	atomic_store_explicit(&pub->refreshed_ns, tf__now_ns(),
+			      memory_order_relaxed);
 out_unlock:
 	pthread_mutex_unlock(&pub->lock);
 }
 
+/* Whether @st and @st2 are the same file. */
+static bool same_file(const struct stat *st, const struct stat *st2)
+{
+	return st->st_dev == st2->st_dev && st->st_ino == st2->st_ino;
+}
+
+/* Remove the file at @path if it is a stale segment: a regular file on
+ * which no process holds the owner's write lock.  0 if nothing is there
+ * any more, a negative errno if something stays (live, another user's,
+ * not a file, or replaced while we looked).  Opening and closing it does
+ * not drop our own segment's lock: that file has no name but its
+ * temporary one yet, so this is another file. */
+static int remove_stale(const char *path)
+{
+	struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
+	struct stat st, st2;
+	int fd, ret = -EBUSY;
+
+	/* O_NONBLOCK: a FIFO put there must not block the open. */
+	fd = open(path,
+		  O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	/* Unlinked only if the name still leads to the file checked: a new
+	 * owner may have put its segment there meanwhile. */
+	if (!fstat(fd, &st) && S_ISREG(st.st_mode) &&
+	    !fcntl(fd, F_GETLK, &fl) && fl.l_type == F_UNLCK &&
+	    !stat(path, &st2) && same_file(&st, &st2))
+		ret = unlink(path) && errno != ENOENT ? -errno : 0;
+	close(fd);
+	return ret;
+}
+
+/* Give the segment built at @tmp its name: with link(), which unlike
+ * rename() never replaces a file.  What is already there belongs to a
+ * process that reused our pid and died (stale: removed) or to a live one
+ * with our pid (two containers sharing /dev/shm, both pid 1), which keeps
+ * its name while we take the next context number. */
+static int pub_link(struct tf_context *ctx, struct tf__stats_pub *pub,
+		    const char *tmp)
+{
+	for (int tries = 0; tries < 64; tries++) {
+		snprintf(pub->path, sizeof(pub->path), "%s/%s%d.%u",
+			 TF_STATS_DIR, TF_STATS_PREFIX, (int)pub->pid,
+			 ctx->stats_id);
+		/* The first snapshot (all zero) is there before anyone can
+		 * look; written again for each name, which it holds. */
+		publish(pub, collect(ctx, pub->build, SEG_CAPACITY, 0));
+		if (!link(tmp, pub->path))
+			return 0;
+		if (errno != EEXIST) {
+			tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: link %s: %m",
+				    pub->path);
+			return -errno;
+		}
+		if (remove_stale(pub->path))
+			ctx->stats_id = atomic_fetch_add(&next_ctx_id, 1);
+	}
+	tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: %s and others exist",
+		    pub->path);
+	return -EEXIST;
+}
+
 static int pub_open(struct tf_context *ctx)
 {
+	/* The whole file, for as long as the context is open. */
+	struct flock wrlock = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
 	struct tf__stats_pub *pub;
 	char tmp[80];
 	void *seg;
@@ -316,25 +407,21 @@ static int pub_open(struct tf_context *ctx)
 		goto err_free;
 	}
 	pub->pid = getpid();
-	snprintf(pub->path, sizeof(pub->path), "%s/%s%d.%u", TF_STATS_DIR,
-		 TF_STATS_PREFIX, (int)pub->pid, ctx->stats_id);
-	/* Built under a name readers ignore and renamed once complete, so
-	 * that no reader finds a file without its lock or its header.  A
-	 * leftover of an earlier process with our pid is replaced. */
-	snprintf(tmp, sizeof(tmp), "%s.new", pub->path);
+	/* Built under a name readers ignore and linked to its own once
+	 * complete, so that no reader finds a file without its lock or its
+	 * header.  The random part keeps a process with our pid in another
+	 * pid namespace off it. */
+	snprintf(tmp, sizeof(tmp), "%s/%s%d.new.%08" PRIx32, TF_STATS_DIR,
+		 TF_STATS_PREFIX, (int)pub->pid, tf__random_u32());
 	pub->fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
 		       0600);
-	if (pub->fd < 0 && errno == EEXIST && !unlink(tmp))
-		pub->fd = open(
-			tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-			0600);
 	if (pub->fd < 0) {
 		ret = -errno;
 		tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: cannot create %s: %m",
 			    tmp);
 		goto err_build;
 	}
-	if (flock(pub->fd, LOCK_EX | LOCK_NB) || ftruncate(pub->fd, SEG_SIZE)) {
+	if (fcntl(pub->fd, F_SETLK, &wrlock) || ftruncate(pub->fd, SEG_SIZE)) {
 		ret = -errno;
 		tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: %s: %m", tmp);
 		goto err_unlink;
@@ -348,13 +435,10 @@ static int pub_open(struct tf_context *ctx)
 	}
 	pub->seg = seg;
 	pthread_mutex_init(&pub->lock, NULL);
-	/* The first snapshot (all zero) is there before anyone can look. */
-	publish(pub, collect(ctx, pub->build, SEG_CAPACITY, 0));
-	if (rename(tmp, pub->path)) {
-		ret = -errno;
-		tf_log_warn(S, "TOLLFREE_STATS_PUBLISH: rename %s: %m", tmp);
+	ret = pub_link(ctx, pub, tmp);
+	if (ret)
 		goto err_unmap;
-	}
+	unlink(tmp);
 	ctx->stats_pub = pub;
 	tf_log_debug(S, "publishing statistics in %s", pub->path);
 	return 0;
@@ -375,6 +459,7 @@ err_free:
 static void pub_close(struct tf_context *ctx)
 {
 	struct tf__stats_pub *pub = ctx->stats_pub;
+	struct stat st, st2;
 
 	if (!pub)
 		return;
@@ -382,10 +467,17 @@ static void pub_close(struct tf_context *ctx)
 	if (pub->nodes)
 		tf_log_warn(S, "context closed with nodes still listed");
 	/* Unlink before the lock goes with the fd: a reader never finds
-	 * the file of a live context unlocked.  A forked child leaves the
-	 * parent's file alone. */
-	if (getpid() == pub->pid && unlink(pub->path))
-		tf_log_warn(S, "cannot remove %s: %m", pub->path);
+	 * the file of a live context unlocked.  Only if the name still
+	 * leads to our file: what someone put there is not ours to remove.
+	 * A forked child leaves the parent's file alone. */
+	if (getpid() == pub->pid) {
+		if (fstat(pub->fd, &st) || stat(pub->path, &st2) ||
+		    !same_file(&st, &st2))
+			tf_log_warn(S, "%s is no longer ours; left alone",
+				    pub->path);
+		else if (unlink(pub->path))
+			tf_log_warn(S, "cannot remove %s: %m", pub->path);
+	}
 	munmap(pub->seg, SEG_SIZE);
 	close(pub->fd);
 	pthread_mutex_destroy(&pub->lock);

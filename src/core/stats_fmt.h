@@ -9,8 +9,9 @@
  * that a reader needs no knowledge of the library's stats structs: a newer
  * library may add counters without breaking an older reader.  Integers are
  * little-endian, except seq, req and ack, which only a live segment uses
- * (native order, accessed atomically; 0 in a dump file).  A dump file is a
- * sequence of records, one per closed context.
+ * (native order; the owner accesses them atomically through its mapping,
+ * a reader with pread/pwrite of the aligned word; 0 in a dump file).  A
+ * dump file is a sequence of records, one per closed context.
  *
  *   off size field
  *     0    8 magic "TFSTATS" NUL

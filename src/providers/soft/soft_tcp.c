@@ -744,6 +744,23 @@ static int tcp_send_ack(struct tcp_conn *c, uint32_t psn, uint8_t status)
 	return tcp_send_simple(c, &h);
 }
 
+/*
+ * After a flush of the send queue: a connection that stopped serving
+ * requests (throttled) resumes once half of its queue went out, and its
+ * epoll interest follows the queue.  Every flush of an attached
+ * connection ends here: a throttled connection reads nothing, so if a
+ * flush emptied its queue without resuming it, no event would ever
+ * resume it.  qp->lock held.
+ */
+static void tcp_flushed(struct tcp_conn *c)
+{
+	if (c->throttled && c->tx_owned <= TCP_TX_OWNED_MAX / 2) {
+		c->throttled = false;
+		tcp_set_work(c, true);
+	}
+	tcp_update_ev(c);
+}
+
 /* Build and send the request frame of @w.  qp->lock held. */
 static int tcp_send_request(struct tcp_conn *c, struct soft_swqe *w)
 {
@@ -1712,11 +1729,7 @@ static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
 			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
 			goto out;
 		}
-		if (c->throttled && c->tx_owned <= TCP_TX_OWNED_MAX / 2) {
-			c->throttled = false;
-			tcp_set_work(c, true);
-		}
-		tcp_update_ev(c);
+		tcp_flushed(c);
 	}
 	if (c->rnr_due_ns && tf__now_ns() >= c->rnr_due_ns) {
 		c->rnr_due_ns = 0;
@@ -1769,8 +1782,11 @@ static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
 	if (!tcp_gone(c) && c->ack_pending) {
 		/* One ACK for everything read in this pass. */
 		tcp_send_ack(c, c->ack_psn, SOFT_TCP_ST_OK);
-		if (c->txq && c->state == TCP_UP)
+		/* A socket error is left for the next pass (EPOLLERR). */
+		if (c->txq && c->state == TCP_UP) {
 			tcp_flush(c);
+			tcp_flushed(c);
+		}
 	}
 out:
 	if (c->detach && c->qp == qp)

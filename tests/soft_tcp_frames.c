@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -85,6 +86,31 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 	}
 	errno = EAGAIN;
 	return -1;
+}
+
+/*
+ * The same for epoll_wait: a case may run a function right after the poll
+ * of one epoll set (poll_hook_fd, once), that is, in the middle of a
+ * progress pass, after the pass took its snapshot of the sockets.
+ */
+static int poll_hook_fd = -1;
+static void (*poll_hook)(void);
+
+int epoll_wait(int epfd, struct epoll_event *ev, int maxevents, int timeout)
+{
+	int n = (int)syscall(SYS_epoll_pwait, epfd, ev, maxevents, timeout,
+			     NULL, (size_t)8);
+
+	if (epfd == poll_hook_fd && poll_hook) {
+		void (*fn)(void) = poll_hook;
+		int err = errno;
+
+		poll_hook = NULL;
+		poll_hook_fd = -1;
+		fn();
+		errno = err;
+	}
+	return n;
 }
 
 /* ---------------------------------------------------------------- unit */
@@ -361,12 +387,15 @@ static void log_fn(tf_log_level_t level, const char *subsys, const char *msg,
 		n_tcp_logs++;
 }
 
+/* Transport timeout of the QPs made by mk_qp. */
+static uint32_t qp_timeout_ms = 3000;
+
 static tf_qp_t *mk_qp(void)
 {
 	tf_qp_params_t p = {.field_mask = TF_QP_PARAM_TIMEOUT,
 			    .send_cq = cq,
 			    .recv_cq = cq,
-			    .timeout_ms = 3000};
+			    .timeout_ms = qp_timeout_ms};
 	tf_qp_t *qp;
 
 	CHECK_OK(tf_qp_create(pd, &p, &qp));
@@ -1138,6 +1167,81 @@ static void throttle_resumes(void)
 	free(region);
 }
 
+/*
+ * A requester's answer that arrives while a progress pass runs, after the
+ * pass polled the sockets, is read by the next pass; the pass must not
+ * fail the requester for its timeout meanwhile.  A pass can take long
+ * enough for that on a loaded machine (its thread descheduled after the
+ * poll, or waiting for a QP's lock); here the epoll_wait hook delivers the
+ * ACK and then waits past the timeout, between the poll and the rest of
+ * the pass.  The WRITE must complete successfully.
+ */
+enum { ANSWER_TMO_MS = 1000 };
+static int answer_fd = -1;
+
+static void answer_late(void)
+{
+	struct soft_tcp_hdr h = {.opcode = SOFT_TCP_OP_ACK, .psn = 0};
+	uint8_t b[SOFT_TCP_HDR_MAX];
+
+	raw_send(answer_fd, b, enc(b, &h));
+	usleep((ANSWER_TMO_MS + 300) * 1000);
+}
+
+static void answer_during_pass(void)
+{
+	static uint8_t src[64];
+	uint8_t payload[sizeof(src)];
+	struct soft_tcp_hdr h;
+	struct victim vi;
+	struct tf_sge sge;
+	struct tf_send_wr wr = {.wr_id = 77,
+				.sg_list = &sge,
+				.num_sge = 1,
+				.opcode = TF_WR_RDMA_WRITE,
+				.send_flags = TF_SEND_SIGNALED};
+	struct tf_wc wc;
+	size_t got = 0;
+	uint64_t end;
+	tf_mr_t *mr;
+
+	printf("case: an answer that arrives during a progress pass\n");
+	CHECK_OK(tf_mr_reg(pd, src, sizeof(src), TF_ACCESS_LOCAL_WRITE, &mr));
+	qp_timeout_ms = ANSWER_TMO_MS;
+	victim_open(&vi);
+	qp_timeout_ms = 3000;
+	send_hello(&vi, vi.nonce);
+	sge = (struct tf_sge){(uintptr_t)src, sizeof(src), tf_mr_lkey(mr)};
+	wr.wr.rdma.remote_addr = 0x10000;
+	wr.wr.rdma.rkey = 0x1234;
+	CHECK_OK(tf_post_send(vi.v, &wr, NULL));
+	/* The WRITE is on the wire: the victim's clock for it runs. */
+	raw_read_hdr(vi.fd, &h);
+	CHECK(h.opcode == SOFT_TCP_OP_WRITE && h.psn == 0 &&
+	      h.size == sizeof(src));
+	for (end = now_ms() + 5000; got < sizeof(src) && now_ms() < end;) {
+		ssize_t n = recv(vi.fd, payload + got, sizeof(src) - got,
+				 MSG_DONTWAIT);
+
+		if (n > 0)
+			got += (size_t)n;
+	}
+	CHECK(got == sizeof(src));
+	answer_fd = vi.fd;
+	poll_hook_fd = soft_tcp_event_fd(soft_qp_of(vi.v)->ctx);
+	poll_hook = answer_late;
+	tf_context_progress(ctx);
+	CHECK(!poll_hook);
+	wc = wait_wc(vi.v);
+	CHECKF(wc.wr_id == 77 && wc.status == TF_WC_SUCCESS,
+	       "the WRITE completed with %s although its ACK had arrived "
+	       "during the pass that failed it",
+	       tf_wc_status_str(wc.status));
+	CHECK(tf_qp_state(vi.v) == TF_QPS_RTS);
+	victim_close(&vi);
+	CHECK_OK(tf_mr_dereg(mr));
+}
+
 int main(void)
 {
 	tf_context_params_t cp = {.field_mask = TF_CONTEXT_PARAM_PROVIDER |
@@ -1193,6 +1297,8 @@ int main(void)
 	good_pair_works(104);
 	throttle_resumes();
 	good_pair_works(105);
+	answer_during_pass();
+	good_pair_works(106);
 
 	CHECK_OK(tf_qp_destroy(good_a));
 	CHECK_OK(tf_qp_destroy(good_b));

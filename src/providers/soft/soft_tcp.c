@@ -1801,8 +1801,10 @@ static void tcp_rx_trim(struct tcp_conn *c, uint64_t now)
 {
 	uint8_t *nb;
 
+	/* Signed: @now is the time of the pass's poll, and a frame read
+	 * since may have set rx_big_ns after it. */
 	if (c->rx_len || c->rx_cap <= 4 * TCP_RXBUF_MIN ||
-	    now - c->rx_big_ns < 1000000000ull)
+	    (int64_t)(now - c->rx_big_ns) < 1000000000ll)
 		return;
 	nb = tf__realloc(c->rx, TCP_RXBUF_MIN);
 	if (nb) {
@@ -1813,7 +1815,9 @@ static void tcp_rx_trim(struct tcp_conn *c, uint64_t now)
 }
 
 /* Transport timeouts, expired pending/lingering sockets, QPs that went to
- * error outside progress.  progress_lock held. */
+ * error outside progress, as of @now: the time of the pass's poll, so
+ * that every answer that had arrived by then was read.  progress_lock
+ * held. */
 static void tcp_scan(struct soft_tcp *tc, uint64_t now)
 {
 	struct tcp_conn *c, *n;
@@ -1879,11 +1883,18 @@ static int tcp_progress(struct soft_ctx *ctx)
 	struct epoll_event ev[TCP_EVENTS];
 	struct tcp_conn *c, *n;
 	int nev, i, handled = 0;
-	uint64_t now;
+	uint64_t now, t_poll;
 
 	if (!tc)
 		return 0;
 	tcp_in_progress = tc;
+	/* Transport timeouts are judged at the time of this poll, not at the
+	 * end of the pass: what arrives after the poll is read by the next
+	 * pass only, and a pass can be long (this thread descheduled on a
+	 * loaded machine, or waiting for a QP's lock).  Judged at its end,
+	 * a requester whose answer came meanwhile was failed with the answer
+	 * in its socket. */
+	t_poll = tf__now_ns();
 	nev = epoll_wait(tc->epfd, ev, TCP_EVENTS, 0);
 	for (i = 0; i < nev; i++) {
 		if (ev[i].data.ptr == &tc->listen_tag) {
@@ -1912,7 +1923,7 @@ static int tcp_progress(struct soft_ctx *ctx)
 	now = tf__now_ns();
 	if (atomic_exchange_explicit(&tc->kick, false, memory_order_acquire) ||
 	    now >= tc->next_scan_ns) {
-		tcp_scan(tc, now);
+		tcp_scan(tc, t_poll);
 		tc->next_scan_ns = now + TCP_SCAN_NS;
 	}
 	tcp_free_grave(tc);

@@ -48,7 +48,7 @@ enum gate_mode {
 	GATE_STEP,  /* take gate_budget bytes, then one EAGAIN, then SWALLOW */
 	GATE_SWALLOW, /* take everything */
 };
-static _Atomic int gate_mode;
+static int gate_mode;
 static uint16_t gate_port;
 static size_t gate_budget;
 

@@ -20,13 +20,98 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "tf_test.h"
 #include "providers/soft/soft_int.h"
 
 #define MAX_MSG (1u << 20)
+
+/* ------------------------------------------------------- send interposer */
+
+/*
+ * The library is linked statically into this test, so this sendmsg is the
+ * one its transport calls.  It passes every call through, unless a case
+ * gates the victim's socket (the one whose peer is the raw socket, local
+ * port gate_port): the case then decides what each call takes, to place a
+ * partial send or an EAGAIN at an exact point, which a real socket gives
+ * only by chance (when its peer reads at that very moment).  What a gated
+ * call takes is swallowed: it never reaches the raw socket, so such a
+ * case reads nothing from it.
+ */
+enum gate_mode {
+	GATE_OFF,
+	GATE_BLOCK, /* EAGAIN */
+	GATE_STEP,  /* take gate_budget bytes, then one EAGAIN, then SWALLOW */
+	GATE_SWALLOW, /* take everything */
+};
+static int gate_mode;
+static uint16_t gate_port;
+static size_t gate_budget;
+
+static bool gated(int fd)
+{
+	struct sockaddr_in sin;
+	socklen_t sl = sizeof(sin);
+
+	return getpeername(fd, (struct sockaddr *)&sin, &sl) == 0 &&
+	       sin.sin_family == AF_INET && ntohs(sin.sin_port) == gate_port;
+}
+
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	size_t len = 0;
+
+	if (gate_mode == GATE_OFF || !gated(fd))
+		return syscall(SYS_sendmsg, fd, msg, flags);
+	for (size_t i = 0; i < msg->msg_iovlen; i++)
+		len += msg->msg_iov[i].iov_len;
+	switch (gate_mode) {
+	case GATE_STEP:
+		if (gate_budget) {
+			if (len > gate_budget)
+				len = gate_budget;
+			gate_budget -= len;
+			return (ssize_t)len;
+		}
+		gate_mode = GATE_SWALLOW;
+		break;
+	case GATE_SWALLOW:
+		return (ssize_t)len;
+	default:
+		break;
+	}
+	errno = EAGAIN;
+	return -1;
+}
+
+/*
+ * The same for epoll_wait: a case may run a function right after the poll
+ * of one epoll set (poll_hook_fd, once), that is, in the middle of a
+ * progress pass, after the pass took its snapshot of the sockets.
+ */
+static int poll_hook_fd = -1;
+static void (*poll_hook)(void);
+
+int epoll_wait(int epfd, struct epoll_event *ev, int maxevents, int timeout)
+{
+	int n = (int)syscall(SYS_epoll_pwait, epfd, ev, maxevents, timeout,
+			     NULL, (size_t)8);
+
+	if (epfd == poll_hook_fd && poll_hook) {
+		void (*fn)(void) = poll_hook;
+		int err = errno;
+
+		poll_hook = NULL;
+		poll_hook_fd = -1;
+		fn();
+		errno = err;
+	}
+	return n;
+}
 
 /* ---------------------------------------------------------------- unit */
 
@@ -302,12 +387,15 @@ static void log_fn(tf_log_level_t level, const char *subsys, const char *msg,
 		n_tcp_logs++;
 }
 
+/* Transport timeout of the QPs made by mk_qp. */
+static uint32_t qp_timeout_ms = 3000;
+
 static tf_qp_t *mk_qp(void)
 {
 	tf_qp_params_t p = {.field_mask = TF_QP_PARAM_TIMEOUT,
 			    .send_cq = cq,
 			    .recv_cq = cq,
-			    .timeout_ms = 3000};
+			    .timeout_ms = qp_timeout_ms};
 	tf_qp_t *qp;
 
 	CHECK_OK(tf_qp_create(pd, &p, &qp));
@@ -981,6 +1069,179 @@ static void read_flood(void)
 	free(rx);
 }
 
+/*
+ * A responder throttled by its send queue resumes once the queue drained,
+ * whichever flush drained it.  The queue also drains at the end of a pass,
+ * where the ACK of the WRITEs served in that pass is flushed together with
+ * the queued READ data; a throttled connection reads nothing from its
+ * socket, so if that flush does not resume it, no later event does: every
+ * request still to come waits forever, and the peer's QP times out.
+ *
+ * The sends are placed with the interposer: 16 READs of 1 MiB fill the
+ * queue past its bound (the socket takes nothing) and two WRITEs behind
+ * them wait; then the next flush takes one response and no more, which
+ * leaves the connection throttled but under the bound, so it serves the
+ * WRITEs; the flush of their ACK then takes all the rest.  A WRITE sent
+ * after that must be served.
+ */
+static void throttle_resumes(void)
+{
+	enum { N = 16, SZ = 1 << 20 };
+	static uint8_t target[64];
+	uint8_t *region = calloc(1, SZ), b[SOFT_TCP_HDR_MAX + 16];
+	struct sockaddr_in sin;
+	socklen_t sl = sizeof(sin);
+	struct soft_tcp_hdr h;
+	struct victim vi;
+	tf_mr_t *mr, *tmr;
+	uint64_t end;
+	size_t n;
+	int i;
+
+	printf("case: a throttled responder resumes once its queue drained\n");
+	CHECK(region);
+	memset(target, 0, sizeof(target));
+	CHECK_OK(tf_mr_reg(pd, region, SZ,
+			   TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_READ, &mr));
+	CHECK_OK(tf_mr_reg(pd, target, sizeof(target),
+			   TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_WRITE,
+			   &tmr));
+	victim_open(&vi);
+	CHECK(getsockname(vi.fd, (struct sockaddr *)&sin, &sl) == 0);
+	gate_port = ntohs(sin.sin_port);
+	gate_mode = GATE_BLOCK;
+	send_hello(&vi, vi.nonce);
+	for (i = 0; i < N; i++) {
+		h = (struct soft_tcp_hdr){.opcode = SOFT_TCP_OP_READ_REQ,
+					  .psn = (uint32_t)i,
+					  .raddr = (uintptr_t)region,
+					  .rkey = tf_mr_rkey(mr),
+					  .length = SZ};
+		raw_send(vi.fd, b, enc(b, &h));
+	}
+	for (i = 0; i < 3; i++) {
+		h = (struct soft_tcp_hdr){.opcode = SOFT_TCP_OP_WRITE,
+					  .psn = (uint32_t)(N + i),
+					  .size = 16,
+					  .raddr = (uintptr_t)(target + 16 * i),
+					  .rkey = tf_mr_rkey(tmr)};
+		n = enc(b, &h);
+		memset(b + n, 0x11 * (i + 1), 16);
+		/* The third WRITE is sent once the queue drained. */
+		if (i == 2) {
+			gate_budget = SZ + SOFT_TCP_HDR_COMMON;
+			gate_mode = GATE_STEP;
+			for (end = now_ms() + 5000;
+			     gate_mode != GATE_SWALLOW && now_ms() < end;)
+				tf_context_progress(ctx);
+			CHECK(gate_mode == GATE_SWALLOW);
+			CHECKF(target[0] == 0x11 && target[16] == 0x22,
+			       "the WRITEs under the bound were not served");
+			CHECK(soft_tcp_tx_queued(soft_qp_of(vi.v)) == 0);
+		}
+		raw_send(vi.fd, b, n + 16);
+		if (i == 1) {
+			/* Throttled: the READs are queued, the WRITEs wait. */
+			for (end = now_ms() + 5000;
+			     soft_tcp_tx_queued(soft_qp_of(vi.v)) <=
+				     SOFT_TCP_TX_OWNED_MAX &&
+			     now_ms() < end;)
+				tf_context_progress(ctx);
+			for (int k = 0; k < 100; k++)
+				tf_context_progress(ctx);
+			CHECK(soft_tcp_tx_queued(soft_qp_of(vi.v)) >
+			      SOFT_TCP_TX_OWNED_MAX);
+			CHECK(target[0] == 0);
+		}
+	}
+	for (end = now_ms() + 2000; target[32] != 0x33 && now_ms() < end;)
+		tf_context_progress(ctx);
+	CHECKF(target[32] == 0x33,
+	       "a WRITE sent after the send queue drained was not served "
+	       "in 2 s: the connection stayed throttled");
+	CHECK(tf_qp_state(vi.v) == TF_QPS_RTS);
+	gate_mode = GATE_OFF;
+	victim_close(&vi);
+	CHECK_OK(tf_mr_dereg(tmr));
+	CHECK_OK(tf_mr_dereg(mr));
+	free(region);
+}
+
+/*
+ * A requester's answer that arrives while a progress pass runs, after the
+ * pass polled the sockets, is read by the next pass; the pass must not
+ * fail the requester for its timeout meanwhile.  A pass can take long
+ * enough for that on a loaded machine (its thread descheduled after the
+ * poll, or waiting for a QP's lock); here the epoll_wait hook delivers the
+ * ACK and then waits past the timeout, between the poll and the rest of
+ * the pass.  The WRITE must complete successfully.
+ */
+enum { ANSWER_TMO_MS = 1000 };
+static int answer_fd = -1;
+
+static void answer_late(void)
+{
+	struct soft_tcp_hdr h = {.opcode = SOFT_TCP_OP_ACK, .psn = 0};
+	uint8_t b[SOFT_TCP_HDR_MAX];
+
+	raw_send(answer_fd, b, enc(b, &h));
+	usleep((ANSWER_TMO_MS + 300) * 1000);
+}
+
+static void answer_during_pass(void)
+{
+	static uint8_t src[64];
+	uint8_t payload[sizeof(src)];
+	struct soft_tcp_hdr h;
+	struct victim vi;
+	struct tf_sge sge;
+	struct tf_send_wr wr = {.wr_id = 77,
+				.sg_list = &sge,
+				.num_sge = 1,
+				.opcode = TF_WR_RDMA_WRITE,
+				.send_flags = TF_SEND_SIGNALED};
+	struct tf_wc wc;
+	size_t got = 0;
+	uint64_t end;
+	tf_mr_t *mr;
+
+	printf("case: an answer that arrives during a progress pass\n");
+	CHECK_OK(tf_mr_reg(pd, src, sizeof(src), TF_ACCESS_LOCAL_WRITE, &mr));
+	qp_timeout_ms = ANSWER_TMO_MS;
+	victim_open(&vi);
+	qp_timeout_ms = 3000;
+	send_hello(&vi, vi.nonce);
+	sge = (struct tf_sge){(uintptr_t)src, sizeof(src), tf_mr_lkey(mr)};
+	wr.wr.rdma.remote_addr = 0x10000;
+	wr.wr.rdma.rkey = 0x1234;
+	CHECK_OK(tf_post_send(vi.v, &wr, NULL));
+	/* The WRITE is on the wire: the victim's clock for it runs. */
+	raw_read_hdr(vi.fd, &h);
+	CHECK(h.opcode == SOFT_TCP_OP_WRITE && h.psn == 0 &&
+	      h.size == sizeof(src));
+	for (end = now_ms() + 5000; got < sizeof(src) && now_ms() < end;) {
+		ssize_t n = recv(vi.fd, payload + got, sizeof(src) - got,
+				 MSG_DONTWAIT);
+
+		if (n > 0)
+			got += (size_t)n;
+	}
+	CHECK(got == sizeof(src));
+	answer_fd = vi.fd;
+	poll_hook_fd = soft_tcp_event_fd(soft_qp_of(vi.v)->ctx);
+	poll_hook = answer_late;
+	tf_context_progress(ctx);
+	CHECK(!poll_hook);
+	wc = wait_wc(vi.v);
+	CHECKF(wc.wr_id == 77 && wc.status == TF_WC_SUCCESS,
+	       "the WRITE completed with %s although its ACK had arrived "
+	       "during the pass that failed it",
+	       tf_wc_status_str(wc.status));
+	CHECK(tf_qp_state(vi.v) == TF_QPS_RTS);
+	victim_close(&vi);
+	CHECK_OK(tf_mr_dereg(mr));
+}
+
 int main(void)
 {
 	tf_context_params_t cp = {.field_mask = TF_CONTEXT_PARAM_PROVIDER |
@@ -1034,6 +1295,10 @@ int main(void)
 	good_pair_works(103);
 	read_flood();
 	good_pair_works(104);
+	throttle_resumes();
+	good_pair_works(105);
+	answer_during_pass();
+	good_pair_works(106);
 
 	CHECK_OK(tf_qp_destroy(good_a));
 	CHECK_OK(tf_qp_destroy(good_b));

@@ -744,6 +744,23 @@ static int tcp_send_ack(struct tcp_conn *c, uint32_t psn, uint8_t status)
 	return tcp_send_simple(c, &h);
 }
 
+/*
+ * After a flush of the send queue: a connection that stopped serving
+ * requests (throttled) resumes once half of its queue went out, and its
+ * epoll interest follows the queue.  Every flush of an attached
+ * connection ends here: a throttled connection reads nothing, so if a
+ * flush emptied its queue without resuming it, no event would ever
+ * resume it.  qp->lock held.
+ */
+static void tcp_flushed(struct tcp_conn *c)
+{
+	if (c->throttled && c->tx_owned <= TCP_TX_OWNED_MAX / 2) {
+		c->throttled = false;
+		tcp_set_work(c, true);
+	}
+	tcp_update_ev(c);
+}
+
 /* Build and send the request frame of @w.  qp->lock held. */
 static int tcp_send_request(struct tcp_conn *c, struct soft_swqe *w)
 {
@@ -1712,11 +1729,7 @@ static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
 			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
 			goto out;
 		}
-		if (c->throttled && c->tx_owned <= TCP_TX_OWNED_MAX / 2) {
-			c->throttled = false;
-			tcp_set_work(c, true);
-		}
-		tcp_update_ev(c);
+		tcp_flushed(c);
 	}
 	if (c->rnr_due_ns && tf__now_ns() >= c->rnr_due_ns) {
 		c->rnr_due_ns = 0;
@@ -1769,8 +1782,11 @@ static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
 	if (!tcp_gone(c) && c->ack_pending) {
 		/* One ACK for everything read in this pass. */
 		tcp_send_ack(c, c->ack_psn, SOFT_TCP_ST_OK);
-		if (c->txq && c->state == TCP_UP)
+		/* A socket error is left for the next pass (EPOLLERR). */
+		if (c->txq && c->state == TCP_UP) {
 			tcp_flush(c);
+			tcp_flushed(c);
+		}
 	}
 out:
 	if (c->detach && c->qp == qp)
@@ -1785,8 +1801,10 @@ static void tcp_rx_trim(struct tcp_conn *c, uint64_t now)
 {
 	uint8_t *nb;
 
+	/* Signed: @now is the time of the pass's poll, and a frame read
+	 * since may have set rx_big_ns after it. */
 	if (c->rx_len || c->rx_cap <= 4 * TCP_RXBUF_MIN ||
-	    now - c->rx_big_ns < 1000000000ull)
+	    (int64_t)(now - c->rx_big_ns) < 1000000000ll)
 		return;
 	nb = tf__realloc(c->rx, TCP_RXBUF_MIN);
 	if (nb) {
@@ -1797,7 +1815,9 @@ static void tcp_rx_trim(struct tcp_conn *c, uint64_t now)
 }
 
 /* Transport timeouts, expired pending/lingering sockets, QPs that went to
- * error outside progress.  progress_lock held. */
+ * error outside progress, as of @now: the time of the pass's poll, so
+ * that every answer that had arrived by then was read.  progress_lock
+ * held. */
 static void tcp_scan(struct soft_tcp *tc, uint64_t now)
 {
 	struct tcp_conn *c, *n;
@@ -1863,11 +1883,18 @@ static int tcp_progress(struct soft_ctx *ctx)
 	struct epoll_event ev[TCP_EVENTS];
 	struct tcp_conn *c, *n;
 	int nev, i, handled = 0;
-	uint64_t now;
+	uint64_t now, t_poll;
 
 	if (!tc)
 		return 0;
 	tcp_in_progress = tc;
+	/* Transport timeouts are judged at the time of this poll, not at the
+	 * end of the pass: what arrives after the poll is read by the next
+	 * pass only, and a pass can be long (this thread descheduled on a
+	 * loaded machine, or waiting for a QP's lock).  Judged at its end,
+	 * a requester whose answer came meanwhile was failed with the answer
+	 * in its socket. */
+	t_poll = tf__now_ns();
 	nev = epoll_wait(tc->epfd, ev, TCP_EVENTS, 0);
 	for (i = 0; i < nev; i++) {
 		if (ev[i].data.ptr == &tc->listen_tag) {
@@ -1896,7 +1923,7 @@ static int tcp_progress(struct soft_ctx *ctx)
 	now = tf__now_ns();
 	if (atomic_exchange_explicit(&tc->kick, false, memory_order_acquire) ||
 	    now >= tc->next_scan_ns) {
-		tcp_scan(tc, now);
+		tcp_scan(tc, t_poll);
 		tc->next_scan_ns = now + TCP_SCAN_NS;
 	}
 	tcp_free_grave(tc);

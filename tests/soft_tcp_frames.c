@@ -54,7 +54,7 @@ static size_t gate_budget;
 
 static bool gated(int fd)
 {
-	struct sockaddr_in sin;
+	struct sockaddr_in sin = {0};
 	socklen_t sl = sizeof(sin);
 
 	return getpeername(fd, (struct sockaddr *)&sin, &sl) == 0 &&
@@ -1089,7 +1089,7 @@ static void throttle_resumes(void)
 	enum { N = 16, SZ = 1 << 20 };
 	static uint8_t target[64];
 	uint8_t *region = calloc(1, SZ), b[SOFT_TCP_HDR_MAX + 16];
-	struct sockaddr_in sin;
+	struct sockaddr_in sin = {0};
 	socklen_t sl = sizeof(sin);
 	struct soft_tcp_hdr h;
 	struct victim vi;

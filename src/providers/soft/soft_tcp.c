@@ -1804,7 +1804,7 @@ static void tcp_rx_trim(struct tcp_conn *c, uint64_t now)
 	/* Signed: @now is the time of the pass's poll, and a frame read
 	 * since may have set rx_big_ns after it. */
 	if (c->rx_len || c->rx_cap <= 4 * TCP_RXBUF_MIN ||
-	    (int64_t)(now - c->rx_big_ns) < 1000000000ll)
+	    (int64_t)(now - c->rx_big_ns) < 1000000000LL)
 		return;
 	nb = tf__realloc(c->rx, TCP_RXBUF_MIN);
 	if (nb) {

@@ -336,24 +336,21 @@ static int pending_internal(const struct tf_session *s)
 /* Wait until the session's binds and invalidations completed. */
 static int wait_internal(struct tf_session *s)
 {
-	uint64_t deadline =
-		tf__now_ns() + (uint64_t)s->node->timeout_ms * 1000000;
 	struct tf_backoff bo;
 
-	tf__backoff_init(&bo, s->node);
+	tf__backoff_init(&bo, s->node, s->node->timeout_ms);
 	while (pending_internal(s)) {
 		int r = reap(s, NULL, 0);
 
 		if (r < 0)
 			return r;
-		if (tf__now_ns() > deadline) {
+		if (tf__backoff(&bo)) {
 			tf_log_warn(S,
 				    "bind/invalidation did not complete "
 				    "within %d ms",
 				    s->node->timeout_ms);
 			return -ETIMEDOUT;
 		}
-		tf__backoff(&bo);
 	}
 	return 0;
 }
@@ -381,7 +378,6 @@ int tf_session_poll(tf_session_t *s, int n, struct tf_wc *wc)
 
 int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
 {
-	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
 	struct tf_backoff bo;
 	bool closed, broken;
 
@@ -389,7 +385,7 @@ int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
 		return -EINVAL;
 	closed = s->peer_closed;
 	broken = s->broken;
-	tf__backoff_init(&bo, s->node);
+	tf__backoff_init(&bo, s->node, timeout_ms);
 	for (;;) {
 		int r = tf_session_poll(s, n, wc);
 
@@ -399,11 +395,10 @@ int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
 		 * the peer's close without waiting out its timeout. */
 		if (s->peer_closed != closed || s->broken != broken)
 			return 0;
-		if (timeout_ms >= 0 && tf__now_ns() >= deadline)
-			return 0;
 		/* A polling loop: the soft provider makes progress in
 		 * poll. */
-		tf__backoff(&bo);
+		if (tf__backoff(&bo))
+			return 0;
 	}
 }
 
@@ -672,22 +667,20 @@ int tf_session_peer_exposures(tf_session_t *s)
 
 int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms)
 {
-	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
 	struct tf_backoff bo;
 
 	if (!s)
 		return -EINVAL;
-	tf__backoff_init(&bo, s->node);
+	tf__backoff_init(&bo, s->node, timeout_ms);
 	for (;;) {
 		ctrl_step(s);
 		if (s->n_peer >= n)
 			return 0;
 		if (s->broken || s->peer_closed)
 			return -ECONNRESET;
-		if (timeout_ms >= 0 && tf__now_ns() >= deadline)
-			return -ETIMEDOUT;
 		tf_context_progress(s->node->ctx);
-		tf__backoff(&bo);
+		if (tf__backoff(&bo))
+			return -ETIMEDOUT;
 	}
 }
 
@@ -987,17 +980,14 @@ int tf_session_revoke(tf_session_t *s)
 /* Wait for the caller's outstanding send work to complete. */
 static void drain(struct tf_session *s)
 {
-	uint64_t deadline =
-		tf__now_ns() + (uint64_t)s->node->timeout_ms * 1000000;
 	struct tf_backoff bo;
 
-	tf__backoff_init(&bo, s->node);
+	tf__backoff_init(&bo, s->node, s->node->timeout_ms);
 	while (s->send_done != s->send_posted) {
-		if (reap(s, NULL, 0) < 0 || tf__now_ns() > deadline) {
+		if (reap(s, NULL, 0) < 0 || tf__backoff(&bo)) {
 			set_broken(s, -ETIMEDOUT);
 			return;
 		}
-		tf__backoff(&bo);
 	}
 	/* Receives still posted would consume the next session's sends. */
 	if (s->recv_done != s->recv_posted)
@@ -1008,21 +998,18 @@ static void drain(struct tf_session *s)
  * to serve its last operations before it closes). */
 static void wait_peer_close(struct tf_session *s)
 {
-	uint64_t deadline =
-		tf__now_ns() + (uint64_t)s->node->timeout_ms * 1000000;
 	struct tf_backoff bo;
 
-	tf__backoff_init(&bo, s->node);
+	tf__backoff_init(&bo, s->node, s->node->timeout_ms);
 	for (;;) {
 		ctrl_step(s);
 		if (s->peer_closed || s->broken)
 			return;
-		if (tf__now_ns() > deadline) {
+		reap(s, NULL, 0);
+		if (tf__backoff(&bo)) {
 			set_broken(s, -ETIMEDOUT);
 			return;
 		}
-		reap(s, NULL, 0);
-		tf__backoff(&bo);
 	}
 }
 

@@ -1192,6 +1192,20 @@ err_close:
 	return err;
 }
 
+/* The server's REJECT in c->rx, as its error (logged), or 0 for any
+ * other message. */
+static int server_refused(struct tf_conn *c)
+{
+	int err;
+
+	if (c->rx.h.op != TF_WIRE_REJECT)
+		return 0;
+	if (tf__wire_parse_reject(&c->rx, &err))
+		err = -TF_EWIRE;
+	tf_log_warn(S, "server refused the session: %s", tf_strerror(err));
+	return err;
+}
+
 /* Receive the server's answer to OPEN: ACCEPT (into @s) or REJECT. */
 static int client_accept(struct tf_session *s, bool reused)
 {
@@ -1206,13 +1220,9 @@ static int client_accept(struct tf_session *s, bool reused)
 		ret = tf__wire_recv(c->fd, &c->rx, s->node->timeout_ms);
 	if (ret < 0)
 		return ret;
-	if (c->rx.h.op == TF_WIRE_REJECT) {
-		if (tf__wire_parse_reject(&c->rx, &ret))
-			ret = -TF_EWIRE;
-		tf_log_warn(S, "server refused the session: %s",
-			    tf_strerror(ret));
+	ret = server_refused(c);
+	if (ret)
 		return ret;
-	}
 	ret = tf__wire_parse_accept(&c->rx, &acc);
 	if (ret)
 		return ret;
@@ -1357,13 +1367,9 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 		ret = tf__wire_recv(fd, &c->rx, node->timeout_ms);
 	if (ret < 0)
 		goto err_conn;
-	if (c->rx.h.op == TF_WIRE_REJECT) {
-		if (tf__wire_parse_reject(&c->rx, &ret))
-			ret = -TF_EWIRE;
-		tf_log_warn(S, "server refused the session: %s",
-			    tf_strerror(ret));
+	ret = server_refused(c);
+	if (ret)
 		goto err_conn;
-	}
 	ret = tf__wire_parse_challenge(&c->rx, &ch);
 	if (ret)
 		goto err_conn;

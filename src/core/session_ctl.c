@@ -181,12 +181,33 @@ int tf__ctl_tcp_check(struct tf_conn *c)
 	return -errno;
 }
 
+/*
+ * One turn of a wait on the control QP, after a poll that found nothing:
+ * the socket now and then (a system call; the peer's end shows there, not
+ * always on the QP), then tf__backoff.  0, -ETIMEDOUT or the socket's
+ * error.  The socket is not looked at before an answer had time to come
+ * on the QP: *@checked starts at the wait's start.
+ */
+static int ctl_turn(struct tf_conn *c, struct tf_backoff *bo, uint64_t *checked)
+{
+	uint64_t now = tf__now_ns();
+
+	if (now - *checked >= TF_CTL_SOCKET_CHECK_NS) {
+		int ret;
+
+		*checked = now;
+		ret = tf__ctl_tcp_check(c);
+		if (ret)
+			return ret;
+	}
+	return tf__backoff(bo);
+}
+
 int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 {
 	struct tf_ctl *k = &c->ctl;
-	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
-	uint64_t checked = tf__now_ns();
 	struct tf_backoff bo;
+	uint64_t checked;
 	struct tf_send_wr wr = {.opcode = TF_WR_SEND,
 				.send_flags = TF_SEND_SIGNALED,
 				.num_sge = 1};
@@ -200,10 +221,9 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 			     m->len, TF_CTL_SLOT);
 		return -EMSGSIZE;
 	}
-	tf__backoff_init(&bo, c->node);
+	tf__backoff_init(&bo, c->node, timeout_ms);
+	checked = bo.start;
 	for (;;) {
-		uint64_t now;
-
 		/* This also takes in what the peer sent meanwhile, so that
 		 * a peer waiting for us to read does not wait on us. */
 		ret = reap(k);
@@ -211,21 +231,14 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 			return ret;
 		if (k->sent - k->send_done < TF_CTL_SEND)
 			break;
-		now = tf__now_ns();
-		if (now > deadline) {
+		ret = ctl_turn(c, &bo, &checked);
+		if (ret == -ETIMEDOUT)
 			tf_log_warn(S,
 				    "control send did not complete within "
 				    "%d ms",
 				    timeout_ms);
-			return -ETIMEDOUT;
-		}
-		if (now - checked >= TF_CTL_SOCKET_CHECK_NS) {
-			checked = now;
-			ret = tf__ctl_tcp_check(c);
-			if (ret)
-				return ret;
-		}
-		tf__backoff(&bo);
+		if (ret)
+			return ret;
 	}
 	slot = TF_CTL_RECV + (unsigned)(k->sent % TF_CTL_SEND);
 	memcpy(slot_addr(k, slot), m->buf, m->len);
@@ -308,14 +321,12 @@ int tf__ctl_next(struct tf_conn *c, struct tf_wire_rx *rx)
 void tf__ctl_flush(struct tf_conn *c, int timeout_ms)
 {
 	struct tf_ctl *k = &c->ctl;
-	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
 	struct tf_backoff bo;
 
-	tf__backoff_init(&bo, c->node);
-	while (k->qp && k->send_done != k->sent && tf__now_ns() < deadline) {
-		if (reap(k))
+	tf__backoff_init(&bo, c->node, timeout_ms);
+	while (k->qp && k->send_done != k->sent) {
+		if (reap(k) || tf__backoff(&bo))
 			return;
-		tf__backoff(&bo);
 	}
 }
 
@@ -332,31 +343,18 @@ int tf__ctl_arm(struct tf_conn *c)
 
 int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms)
 {
-	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	/* The socket is not looked at before the answer had time to come
-	 * on the QP. */
-	uint64_t checked = tf__now_ns();
 	struct tf_backoff bo;
+	uint64_t checked;
 	int ret;
 
-	tf__backoff_init(&bo, c->node);
-
+	tf__backoff_init(&bo, c->node, timeout_ms);
+	checked = bo.start;
 	for (;;) {
-		uint64_t now;
-
 		ret = tf__ctl_next(c, rx);
 		if (ret)
 			return ret;
-		now = tf__now_ns();
-		if (now >= deadline)
-			return -ETIMEDOUT;
-		/* The socket now and then: a system call. */
-		if (now - checked >= TF_CTL_SOCKET_CHECK_NS) {
-			checked = now;
-			ret = tf__ctl_tcp_check(c);
-			if (ret)
-				return ret;
-		}
-		tf__backoff(&bo);
+		ret = ctl_turn(c, &bo, &checked);
+		if (ret)
+			return ret;
 	}
 }

@@ -228,22 +228,33 @@ void tf__conn_link(struct tf_conn *head, struct tf_conn *c);
  * core answer.
  */
 struct tf_backoff {
-	uint64_t start, spin_ns;
+	uint64_t start, spin_ns, deadline;
 };
 
+/* A wait of at most @timeout_ms (< 0: none). */
 static inline void tf__backoff_init(struct tf_backoff *b,
-				    const struct tf_node *node)
+				    const struct tf_node *node, int timeout_ms)
 {
 	b->start = tf__now_ns();
 	b->spin_ns = (uint64_t)node->ctx->cfg.poll_spin_us * 1000;
+	b->deadline = timeout_ms < 0
+			      ? UINT64_MAX
+			      : b->start + (uint64_t)timeout_ms * 1000000;
 }
 
-static inline void tf__backoff(struct tf_backoff *b)
+/* One turn of the wait, after a poll that found nothing: -ETIMEDOUT once
+ * the deadline passed, else 0 after a pause or a yield. */
+static inline int tf__backoff(struct tf_backoff *b)
 {
-	if (tf__now_ns() - b->start < b->spin_ns)
+	uint64_t now = tf__now_ns();
+
+	if (now >= b->deadline)
+		return -ETIMEDOUT;
+	if (now - b->start < b->spin_ns)
 		tf__cpu_relax();
 	else
 		sched_yield();
+	return 0;
 }
 
 int tf__session_new(struct tf_node *node, struct tf_conn *c, bool server,

@@ -107,6 +107,40 @@ int wait_one(tf_cq_t *cq, const char *what);
 void pick_cpus(int *a, int *b);
 void pin_to(int cpu);
 int parse_size(const char *arg, uint64_t max, uint64_t *out);
+
+/* The options every subcommand takes: where it runs, how it reports. */
+struct bench_common {
+	const char *provider, *device, *transport; /* NULL: the default */
+	const char *json;			   /* --json FILE */
+	bool csv;
+};
+
+/* Their getopt values; a subcommand's own long options start at
+ * OPT_OWN.  BENCH_COMMON_OPTS goes into its struct option table (with
+ * BENCH_TRANSPORT_OPT where --transport applies). */
+enum {
+	OPT_PROVIDER = 256,
+	OPT_DEVICE,
+	OPT_TRANSPORT,
+	OPT_CSV,
+	OPT_JSON,
+	OPT_OWN,
+};
+#define BENCH_COMMON_OPTS                                        \
+	{"provider", required_argument, NULL, OPT_PROVIDER},     \
+		{"device", required_argument, NULL, OPT_DEVICE}, \
+		{"csv", no_argument, NULL, OPT_CSV},             \
+	{                                                        \
+		"json", required_argument, NULL, OPT_JSON        \
+	}
+#define BENCH_TRANSPORT_OPT                                         \
+	{                                                           \
+		"transport", required_argument, NULL, OPT_TRANSPORT \
+	}
+
+/* Take getopt's @c if it is a common option: 1 (taken), 0 (not one of
+ * them) or -1 (a bad value, reported). */
+int bench_common_opt(int c, const char *arg, struct bench_common *b);
 int parse_uint(const char *arg, const char *what, unsigned min, unsigned *out);
 
 int cmd_crr(int argc, char **argv);

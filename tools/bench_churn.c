@@ -61,8 +61,7 @@ static const char *const nbr_titles[NBR_COUNT] = {
 #define PAGE	     4096
 
 struct churn_opts {
-	const char *provider, *device, *json;
-	bool csv;
+	struct bench_common cm; /* no --transport */
 	unsigned samples, batch, rate, entries, miss_ns;
 	uint64_t nbr_size;
 	unsigned modes;
@@ -174,7 +173,7 @@ static int churn_setup(struct churn *c)
 	unsigned acc = TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_WRITE;
 	int ret;
 
-	ret = bench_open_ctx(c->o->provider, c->o->device, NULL, &c->ctx);
+	ret = bench_open_ctx(c->o->cm.provider, c->o->cm.device, NULL, &c->ctx);
 	if (ret)
 		return ret;
 	ret = tf_pd_create(c->ctx, &c->pd);
@@ -320,15 +319,11 @@ static void usage_churn(FILE *f)
 }
 
 enum {
-	OPT_RATE = 400,
+	OPT_RATE = OPT_OWN,
 	OPT_NBR_SIZE,
 	OPT_ENTRIES,
 	OPT_MISS_NS,
 	OPT_MODES,
-	OPT_PROVIDER,
-	OPT_DEVICE,
-	OPT_CSV,
-	OPT_JSON,
 };
 
 static const struct option churn_long[] = {
@@ -339,10 +334,7 @@ static const struct option churn_long[] = {
 	{"entries", required_argument, NULL, OPT_ENTRIES},
 	{"miss-ns", required_argument, NULL, OPT_MISS_NS},
 	{"modes", required_argument, NULL, OPT_MODES},
-	{"provider", required_argument, NULL, OPT_PROVIDER},
-	{"device", required_argument, NULL, OPT_DEVICE},
-	{"csv", no_argument, NULL, OPT_CSV},
-	{"json", required_argument, NULL, OPT_JSON},
+	BENCH_COMMON_OPTS,
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -374,7 +366,7 @@ bad:
 
 static int churn_parse(int argc, char **argv, struct churn_opts *o)
 {
-	int c;
+	int c, r;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "n:b:h", churn_long, NULL)) != -1) {
@@ -407,24 +399,19 @@ static int churn_parse(int argc, char **argv, struct churn_opts *o)
 			if (parse_nbr_modes(optarg, &o->modes))
 				return -1;
 			break;
-		case OPT_PROVIDER:
-			o->provider = optarg;
-			break;
-		case OPT_DEVICE:
-			o->device = optarg;
-			break;
-		case OPT_CSV:
-			o->csv = true;
-			break;
-		case OPT_JSON:
-			o->json = optarg;
-			break;
 		case 'h':
 			usage_churn(stdout);
 			exit(0);
 		default:
-			usage_churn(stderr);
-			return -1;
+			r = c == OPT_TRANSPORT
+				    ? 0
+				    : bench_common_opt(c, optarg, &o->cm);
+			if (r < 0)
+				return -1;
+			if (!r) {
+				usage_churn(stderr);
+				return -1;
+			}
 		}
 	}
 	if (optind < argc) {
@@ -457,7 +444,7 @@ int cmd_churn(int argc, char **argv)
 
 	if (churn_parse(argc, argv, &o))
 		return 2;
-	pfx = o.csv ? "# " : "";
+	pfx = o.cm.csv ? "# " : "";
 	/* The library reads its configuration once, at the first call:
 	 * these must be set before anything else touches it. */
 	snprintf(val, sizeof(val), "%u", o.entries);
@@ -482,7 +469,7 @@ int cmd_churn(int argc, char **argv)
 		 "%u B WRITEs over %u+%u pages, %u per mode",
 		 pfx, o.rate, o.nbr_size, VICTIM_SIZE, VICTIM_PAGES,
 		 VICTIM_PAGES, o.samples);
-	report_header(&r, c.ctx, NULL, extra, o.csv ? OUT_CSV : OUT_TEXT);
+	report_header(&r, c.ctx, NULL, extra, o.cm.csv ? OUT_CSV : OUT_TEXT);
 	if (!strcmp(tf_context_provider(c.ctx), "soft"))
 		printf("%sMODEL: the victim's extra latency comes from the "
 		       "soft provider's translation-cache model (%u page "
@@ -544,7 +531,7 @@ int cmd_churn(int argc, char **argv)
 		if (ret)
 			goto out;
 	}
-	report_emit(&r, o.csv ? OUT_CSV : OUT_TEXT, stdout);
+	report_emit(&r, o.cm.csv ? OUT_CSV : OUT_TEXT, stdout);
 	printf("%s%-8s %10s %10s %10s %14s %12s\n", pfx, "nbr", "p50[us]",
 	       "p99[us]", "p99.9[us]", "misses/WRITE", "nbr ops/s");
 	for (size_t i = 0; i < r.nrows; i++) {
@@ -561,7 +548,7 @@ int cmd_churn(int argc, char **argv)
 					       (w->st.avg * (double)n[m] / 1e9)
 				     : 0);
 	}
-	if (o.json && report_write_json(&r, o.json))
+	if (o.cm.json && report_write_json(&r, o.cm.json))
 		ret = -EIO;
 out:
 	churn_teardown(&c);

@@ -114,10 +114,9 @@ static const char *const op_names[] = {"write", "read", "send"};
 #define WARM_PRIV "warm"
 
 struct crr_opts {
-	const char *provider, *device, *transport;
+	struct bench_common cm;
 	const char *server, *connect; /* HOST:PORT */
-	const char *json, *plot;
-	bool csv;
+	const char *plot;
 	unsigned k, sessions, warmup, batch;
 	bool warmup_set;
 	uint64_t size;
@@ -664,7 +663,8 @@ static int crr_server(const struct crr_opts *o, int chlfd, const char *host,
 	sv.op = (int)m.a;
 	sv.k = m.b;
 	sv.size = m.c;
-	ret = bench_open_ctx(o->provider, o->device, o->transport, &sv.ctx);
+	ret = bench_open_ctx(o->cm.provider, o->cm.device, o->cm.transport,
+			     &sv.ctx);
 	if (ret)
 		goto out;
 	sv.echo = malloc(sv.size);
@@ -1152,8 +1152,8 @@ static int cli_setup(struct cli *c)
 		}
 		c->ports[r] = (uint16_t)m.ports[r];
 	}
-	ret = bench_open_ctx(c->o->provider, c->o->device, c->o->transport,
-			     &c->ctx);
+	ret = bench_open_ctx(c->o->cm.provider, c->o->cm.device,
+			     c->o->cm.transport, &c->ctx);
 	if (ret)
 		return ret;
 	for (int r = 0; r < R_COUNT; r++) {
@@ -1219,17 +1219,17 @@ static int crr_client(const struct crr_opts *o, int ch, const char *host,
 	snprintf(extra, sizeof(extra),
 		 "%s\n%sop: %s  K: %u  S: %" PRIu64 " B  sessions/mode: %u  "
 		 "warm-up/mode: %u  batch: %u",
-		 pin_note, o->csv ? "# " : "", op_names[o->op], o->k, o->size,
-		 o->sessions, o->warmup, o->batch);
-	report_header(&r, c.ctx, o->transport, extra,
-		      o->csv ? OUT_CSV : OUT_TEXT);
+		 pin_note, o->cm.csv ? "# " : "", op_names[o->op], o->k,
+		 o->size, o->sessions, o->warmup, o->batch);
+	report_header(&r, c.ctx, o->cm.transport, extra,
+		      o->cm.csv ? OUT_CSV : OUT_TEXT);
 	{
 		tf_node_stats_t st;
 
 		if (!tf_node_query_stats(c.node[R_POOLMW], &st) && !st.use_mw)
 			printf("%snote: the provider has no memory windows: "
 			       "pool+mw exposes through registrations\n",
-			       o->csv ? "# " : "");
+			       o->cm.csv ? "# " : "");
 	}
 	fflush(stdout);
 	r.size = o->size;
@@ -1292,8 +1292,8 @@ static int crr_client(const struct crr_opts *o, int ch, const char *host,
 		if (ret)
 			goto out;
 	}
-	report_emit(&r, o->csv ? OUT_CSV : OUT_TEXT, stdout);
-	if (!o->csv) {
+	report_emit(&r, o->cm.csv ? OUT_CSV : OUT_TEXT, stdout);
+	if (!o->cm.csv) {
 		print_ratios(&r, stdout);
 		if (c.broken)
 			printf("note: %" PRIu64 " sessions ended broken on "
@@ -1309,7 +1309,7 @@ static int crr_client(const struct crr_opts *o, int ch, const char *host,
 				       st.qp_new, st.qp_reused);
 		}
 	}
-	if (o->json && report_write_json(&r, o->json))
+	if (o->cm.json && report_write_json(&r, o->cm.json))
 		ret = -EIO;
 	if (o->plot && plot_crr_svg(o->plot, &r, sorted, ns))
 		ret = -EIO;
@@ -1370,14 +1370,9 @@ bad:
 }
 
 enum {
-	OPT_MODES = 300,
-	OPT_PROVIDER,
-	OPT_DEVICE,
-	OPT_TRANSPORT,
+	OPT_MODES = OPT_OWN,
 	OPT_SERVER,
 	OPT_CONNECT,
-	OPT_CSV,
-	OPT_JSON,
 	OPT_PLOT,
 };
 
@@ -1389,13 +1384,10 @@ static const struct option crr_long[] = {
 	{"batch", required_argument, NULL, 'b'},
 	{"test", required_argument, NULL, 't'},
 	{"modes", required_argument, NULL, OPT_MODES},
-	{"provider", required_argument, NULL, OPT_PROVIDER},
-	{"device", required_argument, NULL, OPT_DEVICE},
-	{"transport", required_argument, NULL, OPT_TRANSPORT},
+	BENCH_COMMON_OPTS,
+	BENCH_TRANSPORT_OPT,
 	{"server", required_argument, NULL, OPT_SERVER},
 	{"connect", required_argument, NULL, OPT_CONNECT},
-	{"csv", no_argument, NULL, OPT_CSV},
-	{"json", required_argument, NULL, OPT_JSON},
 	{"plot", required_argument, NULL, OPT_PLOT},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
@@ -1403,7 +1395,7 @@ static const struct option crr_long[] = {
 
 static int crr_parse(int argc, char **argv, struct crr_opts *o)
 {
-	int c;
+	int c, r;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "k:s:n:w:b:t:h", crr_long, NULL)) !=
@@ -1449,31 +1441,11 @@ static int crr_parse(int argc, char **argv, struct crr_opts *o)
 			if (parse_modes(optarg, &o->modes))
 				return -1;
 			break;
-		case OPT_PROVIDER:
-			o->provider = optarg;
-			break;
-		case OPT_DEVICE:
-			o->device = optarg;
-			break;
-		case OPT_TRANSPORT:
-			if (strcmp(optarg, "shm") && strcmp(optarg, "tcp") &&
-			    strcmp(optarg, "auto")) {
-				fail("bad transport '%s'", optarg);
-				return -1;
-			}
-			o->transport = optarg;
-			break;
 		case OPT_SERVER:
 			o->server = optarg;
 			break;
 		case OPT_CONNECT:
 			o->connect = optarg;
-			break;
-		case OPT_CSV:
-			o->csv = true;
-			break;
-		case OPT_JSON:
-			o->json = optarg;
 			break;
 		case OPT_PLOT:
 			o->plot = optarg;
@@ -1482,8 +1454,13 @@ static int crr_parse(int argc, char **argv, struct crr_opts *o)
 			usage_crr(stdout);
 			exit(0);
 		default:
-			usage_crr(stderr);
-			return -1;
+			r = bench_common_opt(c, optarg, &o->cm);
+			if (r < 0)
+				return -1;
+			if (!r) {
+				usage_crr(stderr);
+				return -1;
+			}
 		}
 	}
 	if (optind < argc) {

@@ -434,11 +434,7 @@ void report_header(struct report *r, tf_context_t *ctx, const char *transport,
 /* ------------------------------------------------------------ options */
 
 struct opts {
-	const char *provider;
-	const char *device;
-	const char *transport;
-	const char *json;
-	bool csv;
+	struct bench_common cm;
 	unsigned iters;
 	unsigned warmup; /* with warmup_set; else a default per bench */
 	bool warmup_set;
@@ -513,6 +509,34 @@ static int parse_sizes(const char *arg, struct opts *o)
 }
 
 /* Parse one size ("1K", "64", "2M") between 1 and @max bytes. */
+int bench_common_opt(int c, const char *arg, struct bench_common *b)
+{
+	switch (c) {
+	case OPT_PROVIDER:
+		b->provider = arg;
+		return 1;
+	case OPT_DEVICE:
+		b->device = arg;
+		return 1;
+	case OPT_TRANSPORT:
+		if (strcmp(arg, "shm") && strcmp(arg, "tcp") &&
+		    strcmp(arg, "auto")) {
+			fail("bad transport '%s'", arg);
+			return -1;
+		}
+		b->transport = arg;
+		return 1;
+	case OPT_CSV:
+		b->csv = true;
+		return 1;
+	case OPT_JSON:
+		b->json = arg;
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 int parse_size(const char *arg, uint64_t max, uint64_t *out)
 {
 	if (!parse_size_n(arg, strlen(arg), max, out))
@@ -568,7 +592,8 @@ int bench_open_ctx(const char *provider, const char *device,
 /* Open a context with the options' provider, device and transport. */
 static int open_ctx(const struct opts *o, tf_context_t **ctx_p)
 {
-	return bench_open_ctx(o->provider, o->device, o->transport, ctx_p);
+	return bench_open_ctx(o->cm.provider, o->cm.device, o->cm.transport,
+			      ctx_p);
 }
 
 /* Wait for one completion on @cq; it must be a success.  Returns 0 or
@@ -1235,8 +1260,8 @@ static int lat_run(const struct opts *o, int sock, bool client, int cpu,
 
 		snprintf(extra, sizeof(extra), "%s  buffers: %s  warm-up: %u",
 			 pin_note, s.buf_tf ? "tf_mem_alloc" : "mmap", warm);
-		report_header(&r, s.ctx, o->transport, extra,
-			      o->csv ? OUT_CSV : OUT_TEXT);
+		report_header(&r, s.ctx, o->cm.transport, extra,
+			      o->cm.csv ? OUT_CSV : OUT_TEXT);
 		fflush(stdout);
 	}
 	for (op = 0; op < LAT_NOPS; op++) {
@@ -1273,8 +1298,8 @@ static int lat_run(const struct opts *o, int sock, bool client, int cpu,
 	ret = lat_barrier(&s);
 	if (ret || !client)
 		goto out;
-	report_emit(&r, o->csv ? OUT_CSV : OUT_TEXT, stdout);
-	if (o->json && report_write_json(&r, o->json))
+	report_emit(&r, o->cm.csv ? OUT_CSV : OUT_TEXT, stdout);
+	if (o->cm.json && report_write_json(&r, o->cm.json))
 		ret = -EIO;
 out:
 	/* A failing side closes its end first, so that the other one stops
@@ -1323,24 +1348,13 @@ bad:
 	return -1;
 }
 
-enum {
-	OPT_TRANSPORT = 256,
-	OPT_PROVIDER,
-	OPT_DEVICE,
-	OPT_CSV,
-	OPT_JSON,
-};
-
 static const struct option long_opts[] = {
 	{"test", required_argument, NULL, 't'},
 	{"sizes", required_argument, NULL, 's'},
 	{"iters", required_argument, NULL, 'n'},
 	{"warmup", required_argument, NULL, 'w'},
-	{"transport", required_argument, NULL, OPT_TRANSPORT},
-	{"provider", required_argument, NULL, OPT_PROVIDER},
-	{"device", required_argument, NULL, OPT_DEVICE},
-	{"csv", no_argument, NULL, OPT_CSV},
-	{"json", required_argument, NULL, OPT_JSON},
+	BENCH_TRANSPORT_OPT,
+	BENCH_COMMON_OPTS,
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -1349,7 +1363,7 @@ static const struct option long_opts[] = {
 static int parse_opts(int argc, char **argv, struct opts *o, bool lat,
 		      void (*usage)(FILE *))
 {
-	int c;
+	int c, r;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, lat ? "t:s:n:w:h" : "s:n:w:h",
@@ -1376,32 +1390,17 @@ static int parse_opts(int argc, char **argv, struct opts *o, bool lat,
 				return -1;
 			o->warmup_set = true;
 			break;
-		case OPT_TRANSPORT:
-			if (strcmp(optarg, "shm") && strcmp(optarg, "tcp") &&
-			    strcmp(optarg, "auto")) {
-				fail("bad transport '%s'", optarg);
-				return -1;
-			}
-			o->transport = optarg;
-			break;
-		case OPT_PROVIDER:
-			o->provider = optarg;
-			break;
-		case OPT_DEVICE:
-			o->device = optarg;
-			break;
-		case OPT_CSV:
-			o->csv = true;
-			break;
-		case OPT_JSON:
-			o->json = optarg;
-			break;
 		case 'h':
 			usage(stdout);
 			exit(0);
 		default:
-			usage(stderr);
-			return -1;
+			r = bench_common_opt(c, optarg, &o->cm);
+			if (r < 0)
+				return -1;
+			if (!r) {
+				usage(stderr);
+				return -1;
+			}
 		}
 	}
 	if (optind < argc) {
@@ -1985,12 +1984,12 @@ static int reg_row(struct reg_env *e, const struct reg_source *src, size_t size,
 		if (ret == -ERANGE) {
 			printf("%s%s: %zu bytes skipped: larger than the "
 			       "largest slice\n",
-			       o->csv ? "# " : "", src->op, size);
+			       o->cm.csv ? "# " : "", src->op, size);
 			return 0;
 		}
 		if (ret == -EOPNOTSUPP) {
 			*skipped = true;
-			printf("%s%s: skipped: %s\n", o->csv ? "# " : "",
+			printf("%s%s: skipped: %s\n", o->cm.csv ? "# " : "",
 			       src->op, tf_strerror(ret));
 			return 0;
 		}
@@ -2056,8 +2055,8 @@ static int cmd_reg(int argc, char **argv)
 	if (ret)
 		goto out;
 	e.timer_ns = timer_cost_ns();
-	report_header(&r, e.ctx, o.transport, "(one process, one QP pair)",
-		      o.csv ? OUT_CSV : OUT_TEXT);
+	report_header(&r, e.ctx, o.cm.transport, "(one process, one QP pair)",
+		      o.cm.csv ? OUT_CSV : OUT_TEXT);
 	fflush(stdout);
 
 	/* Size-independent rows first, then every size for each source,
@@ -2113,8 +2112,8 @@ static int cmd_reg(int argc, char **argv)
 		r.rows = sorted;
 		r.nrows = r.cap = n;
 	}
-	report_emit(&r, o.csv ? OUT_CSV : OUT_TEXT, stdout);
-	if (o.json && report_write_json(&r, o.json))
+	report_emit(&r, o.cm.csv ? OUT_CSV : OUT_TEXT, stdout);
+	if (o.cm.json && report_write_json(&r, o.cm.json))
 		ret = -EIO;
 out:
 	if (e.buf)

@@ -61,7 +61,7 @@ static const char *const nbr_titles[NBR_COUNT] = {
 #define PAGE	     4096
 
 struct churn_opts {
-	struct bench_common cm; /* no --transport */
+	struct bench_common cm; /* its table has no --transport */
 	unsigned samples, batch, rate, entries, miss_ns;
 	uint64_t nbr_size;
 	unsigned modes;
@@ -403,9 +403,7 @@ static int churn_parse(int argc, char **argv, struct churn_opts *o)
 			usage_churn(stdout);
 			exit(0);
 		default:
-			r = c == OPT_TRANSPORT
-				    ? 0
-				    : bench_common_opt(c, optarg, &o->cm);
+			r = bench_common_opt(c, optarg, &o->cm);
 			if (r < 0)
 				return -1;
 			if (!r) {

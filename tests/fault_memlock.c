@@ -12,31 +12,14 @@
  * tests/rcache_memlock.c does).  The session peer is started before that,
  * unrestricted (see fault_util.h).
  */
-#include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 
 #include "fault_util.h"
 
 #define LIMIT (256 * 1024)
 #define BIG   (1 << 20)
 #define SMALL (64 * 1024)
-
-static int drop_ipc_lock(void)
-{
-	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-	struct __user_cap_data_struct d[2];
-
-	if (syscall(SYS_capget, &h, d))
-		return -errno;
-	d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
-	d[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
-	d[CAP_IPC_LOCK / 32].inheritable &= ~(1u << (CAP_IPC_LOCK % 32));
-	if (syscall(SYS_capset, &h, d))
-		return -errno;
-	return 0;
-}
 
 static bool pin_error(int ret)
 {
@@ -160,7 +143,7 @@ static void child(uint16_t port)
 	long vmlck0;
 	int ret, n;
 
-	ret = drop_ipc_lock();
+	ret = tf_test_drop_ipc_lock();
 	if (ret)
 		tf_test_skip("cannot drop CAP_IPC_LOCK: %s", strerror(-ret));
 	CHECK(!setrlimit(RLIMIT_MEMLOCK, &rl));

@@ -10,11 +10,9 @@
  * lowering the limit.
  */
 #include <errno.h>
-#include <linux/capability.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,21 +20,6 @@
 
 #define LIMIT (256 * 1024)
 #define RW    (TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_WRITE)
-
-static int drop_ipc_lock(void)
-{
-	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-	struct __user_cap_data_struct d[2];
-
-	if (syscall(SYS_capget, &h, d))
-		return -errno;
-	d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
-	d[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
-	d[CAP_IPC_LOCK / 32].inheritable &= ~(1u << (CAP_IPC_LOCK % 32));
-	if (syscall(SYS_capset, &h, d))
-		return -errno;
-	return 0;
-}
 
 static void child(void)
 {
@@ -60,7 +43,7 @@ static void child(void)
 	char *buf;
 	int ret;
 
-	ret = drop_ipc_lock();
+	ret = tf_test_drop_ipc_lock();
 	if (ret)
 		tf_test_skip("cannot drop CAP_IPC_LOCK: %s", strerror(-ret));
 	CHECK(!setrlimit(RLIMIT_MEMLOCK, &rl));

@@ -14,12 +14,10 @@
  *    registration fails with -ENOMEM or -EAGAIN and leaks nothing.
  * Each case runs in a child so that it can set its own environment.
  */
-#include <linux/capability.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,21 +163,13 @@ static void case_xlate(void)
 	munmap(p, 64 * PG);
 }
 
-/* Drop CAP_IPC_LOCK from the effective set and cap RLIMIT_MEMLOCK, so
- * that mlock of more than the limit fails. */
+/* Drop CAP_IPC_LOCK and cap RLIMIT_MEMLOCK, so that mlock of more than
+ * the limit fails. */
 static bool limit_locking(rlim_t bytes)
 {
-	struct __user_cap_header_struct h = {
-		.version = _LINUX_CAPABILITY_VERSION_3};
-	struct __user_cap_data_struct d[2];
 	struct rlimit rl = {bytes, bytes};
 
-	if (syscall(SYS_capget, &h, d))
-		return false;
-	d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
-	if (syscall(SYS_capset, &h, d))
-		return false;
-	return setrlimit(RLIMIT_MEMLOCK, &rl) == 0;
+	return !tf_test_drop_ipc_lock() && setrlimit(RLIMIT_MEMLOCK, &rl) == 0;
 }
 
 static void case_mlock_fail(void)

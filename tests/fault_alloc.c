@@ -388,18 +388,7 @@ static int peer_main(char **argv)
 
 		CHECK_OK(tf_listener_create(node, NULL, &l));
 		ft_send(nfd, tf_listener_port(l));
-		for (;;) {
-			tf_session_t *s;
-			int b, x;
-
-			if (tf_listener_accept(l, NULL, 1000, &s))
-				continue;
-			if (!tf_session_rent(s, 4096, &b, NULL))
-				tf_session_expose(s, b, 0, 4096,
-						  TF_ACCESS_REMOTE_READ, &x);
-			ft_wait_peer_close(s, 5000);
-			tf_session_close(s);
-		}
+		ft_serve_forever(l, 4096, TF_ACCESS_REMOTE_READ, 5000);
 	}
 	/* Client: sessions back to back until killed. */
 	for (uint16_t port = (uint16_t)atoi(argv[3]);;) {

@@ -294,20 +294,8 @@ static int peer_main(char **argv)
 	CHECK_OK(tf_node_create(ctx, NULL, &node));
 	CHECK_OK(tf_listener_create(node, NULL, &l));
 	ft_send(atoi(argv[5]), tf_listener_port(l));
-	for (;;) {
-		tf_session_t *s;
-		int b, x;
-
-		if (tf_listener_accept(l, NULL, 1000, &s))
-			continue;
-		if (!tf_session_rent(s, PLEN, &b, NULL))
-			tf_session_expose(s, b, 0, PLEN,
-					  TF_ACCESS_REMOTE_READ |
-						  TF_ACCESS_REMOTE_WRITE,
-					  &x);
-		ft_wait_peer_close(s, 10000);
-		tf_session_close(s);
-	}
+	ft_serve_forever(l, PLEN,
+			 TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE, 10000);
 }
 
 /* getrandom refused: registrations still get keys, from /dev/urandom. */

@@ -133,6 +133,25 @@ static inline void ft_wait_peer_close(tf_session_t *s, uint64_t ms)
 }
 
 /* Read one u64 from a peer's pipe within @ms; false on timeout or EOF. */
+/* A peer's server: accept sessions forever, expose @len rented bytes
+ * with @rights to each and serve it until the client closes (or @wait_ms
+ * passed).  The peer is killed when the test is done. */
+static inline _Noreturn void ft_serve_forever(tf_listener_t *l, size_t len,
+					      unsigned rights, uint64_t wait_ms)
+{
+	for (;;) {
+		tf_session_t *s;
+		int b, x;
+
+		if (tf_listener_accept(l, NULL, 1000, &s))
+			continue;
+		if (!tf_session_rent(s, len, &b, NULL))
+			tf_session_expose(s, b, 0, len, rights, &x);
+		ft_wait_peer_close(s, wait_ms);
+		tf_session_close(s);
+	}
+}
+
 static inline bool ft_recv(int fd, uint64_t *v, int ms)
 {
 	struct pollfd pfd = {.fd = fd, .events = POLLIN};

@@ -299,7 +299,7 @@ static int peer_main(char **argv)
 }
 
 /* getrandom refused: registrations still get keys, from /dev/urandom. */
-static void child_norandom(void)
+static void child_norandom(uint16_t unused)
 {
 	static uint8_t buf[64 * 4096];
 	uint32_t keys[64];
@@ -308,6 +308,7 @@ static void child_norandom(void)
 	tf_pd_t *pd;
 	int ret;
 
+	(void)unused;
 	ret = block_syscall(__NR_getrandom, ENOSYS);
 	if (ret)
 		tf_test_skip("cannot install a seccomp filter: %s",
@@ -336,27 +337,16 @@ int main(int argc, char **argv)
 {
 	uint64_t port;
 	int status, rfd;
-	pid_t peer, pid;
+	pid_t peer;
 
 	if (argc == 6 && !strcmp(argv[1], "peer"))
 		return peer_main(argv);
 	tf_test_begin("fault_bounds");
 	peer = ft_spawn("server", "0", "0", &rfd);
 	CHECK(ft_recv(rfd, &port, 4 * tf_test_timeout_ms()));
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0)
-		child((uint16_t)port);
-	CHECK(waitpid(pid, &status, 0) == pid);
+	status = ft_fork_wait(child, (uint16_t)port);
 	ft_reap(peer, SIGKILL);
-	CHECK(WIFEXITED(status));
-	if (WEXITSTATUS(status))
-		return WEXITSTATUS(status);
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0)
-		child_norandom();
-	CHECK(waitpid(pid, &status, 0) == pid);
-	CHECK(WIFEXITED(status));
-	return WEXITSTATUS(status);
+	if (status)
+		return status;
+	return ft_fork_wait(child_norandom, 0);
 }

@@ -215,19 +215,14 @@ int main(int argc, char **argv)
 {
 	uint64_t port;
 	int status, rfd;
-	pid_t peer, pid;
+	pid_t peer;
 
 	if (argc == 6 && !strcmp(argv[1], "peer"))
 		return peer_main(argv);
 	tf_test_begin("fault_memlock");
 	peer = ft_spawn("server", "0", "0", &rfd);
 	CHECK(ft_recv(rfd, &port, 4 * tf_test_timeout_ms()));
-	pid = fork();
-	CHECK(pid >= 0);
-	if (pid == 0)
-		child((uint16_t)port);
-	CHECK(waitpid(pid, &status, 0) == pid);
+	status = ft_fork_wait(child, (uint16_t)port);
 	ft_reap(peer, SIGKILL);
-	CHECK(WIFEXITED(status));
-	return WEXITSTATUS(status);
+	return status;
 }

@@ -152,6 +152,24 @@ static inline _Noreturn void ft_serve_forever(tf_listener_t *l, size_t len,
 	}
 }
 
+/* Run @fn(@port) in a forked child (which must exit) and return its exit
+ * status; a child killed by a signal fails the test. */
+static inline int ft_fork_wait(void (*fn)(uint16_t), uint16_t port)
+{
+	int status;
+	pid_t pid = fork();
+
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		fn(port);
+		_exit(1); /* fn must exit with the test's status */
+	}
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECKF(WIFEXITED(status), "child killed by signal %d",
+	       WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+	return WEXITSTATUS(status);
+}
+
 static inline bool ft_recv(int fd, uint64_t *v, int ms)
 {
 	struct pollfd pfd = {.fd = fd, .events = POLLIN};

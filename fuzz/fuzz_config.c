@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_config - configuration values: tf_config_check for every variable
- * of the table in src/config_int.h, and tf__config_parse_size.
+ * of the table in src/util/config_int.h, and tf__config_parse_size.
  *
  * Input layout: byte 0 selects the variable (modulo the number of
  * variables plus one; the extra value takes the name from the input too,

@@ -2,7 +2,7 @@
 /*
  * fuzz_session_accept - the server side of the session bootstrap, through
  * its public entry point tf_listener_accept: the HELLO and OPEN parsers
- * (server_hello, server_open in src/core/session_conn.c) are inline there,
+ * (server_hello, server_open in src/session/conn.c) are inline there,
  * and the QP address blob inside OPEN reaches the soft provider's decoder.
  *
  * Each input is what a client sends on a fresh TCP connection to a

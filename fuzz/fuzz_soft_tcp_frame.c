@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "providers/soft/soft_int.h"
+#include "soft_int.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_stats - statistics records (src/core/stats_fmt.h) as
+ * fuzz_stats - statistics records (src/util/stats_fmt.h) as
  * `tollfree-info -s FILE` reads a dump: a sequence of records, each
  * parsed by tf__stats_parse and its entries read by tf__stats_entry.
  *
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/stats_fmt.h"
+#include "stats_fmt.h"
 #include "fuzz_common.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
-#include "providers/verbs/verbs_blob.h"
+#include "verbs_blob.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_wire - the session bootstrap wire format (src/core/wire.c).
+ * fuzz_wire - the session bootstrap wire format (src/session/wire.c).
  *
  * The input is a byte stream as a peer would send it on the bootstrap
  * socket.  It goes through a socketpair into tf__wire_rx_step, the real
@@ -8,7 +8,7 @@
  * version may add, body), in chunks whose size the input chooses so that
  * partial reads are exercised.  Every complete message is then given to
  * every body parser (tf__wire_parse_*, the functions session.c and
- * session_conn.c call): all but the one of its op must refuse it, and what
+ * conn.c call): all but the one of its op must refuse it, and what
  * that one accepts must lie inside the body, within the format's bounds,
  * and encode back to the bytes it was parsed from.  Exposure lists then go
  * through tf__sess_add_exposures on a session object, as the session code
@@ -29,8 +29,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core/session_int.h"
-#include "core/wire_int.h"
+#include "session_int.h"
+#include "wire_int.h"
 #include "fuzz_common.h"
 
 static struct tf_session *sess;

@@ -14,11 +14,11 @@
 #include <sys/stat.h>
 
 #include "config_int.h"
-#include "core/stats_fmt.h"
-#include "core/wire_int.h"
+#include "stats_fmt.h"
+#include "wire_int.h"
 #include "fuzz_common.h"
-#include "providers/soft/soft_int.h"
-#include "providers/verbs/verbs_blob.h"
+#include "soft_int.h"
+#include "verbs_blob.h"
 
 static const char *top;
 static int failures;

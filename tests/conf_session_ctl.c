@@ -21,7 +21,7 @@
  * closing the kept connection, and the listener must drop it.
  */
 #include "session_util.h"
-#include "core/session_int.h"
+#include "session_int.h"
 
 #define LEN    4096
 #define ROUNDS 6

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "tf_test.h"
-#include "core/rcache_int.h"
+#include "rcache_int.h"
 
 struct fake_reg {
 	uint64_t id;

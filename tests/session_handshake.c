@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "session_util.h"
-#include "core/wire_int.h"
+#include "wire_int.h"
 
 static const char key[] = "correct horse battery staple";
 static uint16_t port;

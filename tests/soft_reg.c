@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "providers/soft/soft_int.h"
+#include "soft_int.h"
 #include "tf_test.h"
 
 #define PG 4096

@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "tf_test.h"
-#include "providers/soft/soft_int.h"
+#include "soft_int.h"
 
 #define MAX_MSG (1u << 20)
 

@@ -38,7 +38,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/stats_fmt.h"
+#include "stats_fmt.h"
 #include "tf_test.h"
 
 #define N_WRITES 37

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "tf_test.h"
-#include "providers/verbs/verbs_blob.h"
+#include "verbs_blob.h"
 
 static struct verbs_addr sample(void)
 {

@@ -40,7 +40,7 @@ int main(void)
 	tf_test_skip("built without libibverbs");
 }
 #else
-#include "providers/verbs/verbs_int.h"
+#include "verbs_int.h"
 
 #define BUFSZ	   (64 * 1024)
 #define WAIT_MS	   20000

@@ -21,7 +21,7 @@
  * small control messages of the first session: exposures (EXPOSE) and the
  * end of the session (CLOSE).  Control messages never use the session's
  * QP, so that they never consume receive buffers the application posted.
- * The wire format is described in src/core/wire_int.h.
+ * The wire format is described in src/session/wire_int.h.
  *
  * Control QP: with the first session, unless TF_SESSION_NO_REUSE or a QP
  * cache of 0, each side also makes a second RC QP (no remote access, its

@@ -264,9 +264,6 @@ int tf_cq_poll(tf_cq_t *cq, int n, struct tf_wc *wc)
 	ret = OPS(cq->ctx)->cq_poll(cq, n, wc);
 	if (ret > 0)
 		count_wcs(cq->ctx, wc, ret);
-	/* Answers a `tollfree-info -s` reader; a NULL test unless stats
-	 * are published. */
-	tf__stats_check(cq->ctx);
 	return ret;
 }
 
@@ -303,6 +300,9 @@ int tf_cq_wait(tf_cq_t *cq, int n, struct tf_wc *wc, int timeout_ms)
 			return 0;
 		if (now - start < spin_ns)
 			continue;
+		/* About to sleep: answer a `tollfree-info -s` reader first (a
+		 * NULL test unless stats are published). */
+		tf__stats_check(cq->ctx);
 		if (fd < 0) {
 			fd = tf_cq_fd(cq);
 			if (fd < 0)
@@ -325,33 +325,10 @@ int tf_cq_wait(tf_cq_t *cq, int n, struct tf_wc *wc, int timeout_ms)
 	}
 }
 
-const char *tf_wc_status_str(enum tf_wc_status status)
-{
-	static const char *const names[] = {
-		[TF_WC_SUCCESS] = "success",
-		[TF_WC_LOC_LEN_ERR] = "local length error",
-		[TF_WC_LOC_QP_OP_ERR] = "local QP operation error",
-		[TF_WC_LOC_PROT_ERR] = "local protection error",
-		[TF_WC_WR_FLUSH_ERR] = "WR flushed",
-		[TF_WC_MW_BIND_ERR] = "memory window bind error",
-		[TF_WC_REM_INV_REQ_ERR] = "remote invalid request error",
-		[TF_WC_REM_ACCESS_ERR] = "remote access error",
-		[TF_WC_REM_OP_ERR] = "remote operation error",
-		[TF_WC_RETRY_EXC_ERR] = "transport retry counter exceeded",
-		[TF_WC_RNR_RETRY_EXC_ERR] = "RNR retry counter exceeded",
-		[TF_WC_FATAL_ERR] = "fatal error",
-		[TF_WC_GENERAL_ERR] = "general error",
-	};
-
-	if ((unsigned)status >= sizeof(names) / sizeof(names[0]))
-		return "unknown";
-	return names[status];
-}
-
 /* ------------------------------------------------------------- QP */
 
-int tf__qp_attr_init(struct tf_pd *pd, const tf_qp_params_t *p,
-		     struct tf_qp *attr)
+static int qp_attr_init(struct tf_pd *pd, const tf_qp_params_t *p,
+			struct tf_qp *attr)
 {
 	const struct tf_config *cfg = &pd->ctx->cfg;
 
@@ -402,7 +379,7 @@ int tf_qp_create(tf_pd_t *pd, const tf_qp_params_t *params, tf_qp_t **qp_p)
 
 	if (!pd || !qp_p)
 		return -EINVAL;
-	ret = tf__qp_attr_init(pd, params, &attr);
+	ret = qp_attr_init(pd, params, &attr);
 	if (ret) {
 		tf_log_debug("core", "qp_create: invalid parameters");
 		return ret;

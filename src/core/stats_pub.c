@@ -30,7 +30,6 @@
 #include <unistd.h>
 
 #include "provider.h"
-#include "session_int.h"
 #include "stats_fmt.h"
 #include "stats_int.h"
 
@@ -45,7 +44,7 @@
 #define REFRESH_MIN_NS 1000000ull
 
 struct tf__stats_pub {
-	/* Protects the node list and the build buffer, and serializes
+	/* Protects the source list and the build buffer, and serializes
 	 * writers of the segment. */
 	pthread_mutex_t lock;
 	struct tf_stats_hdr *seg; /* the shared mapping, SEG_SIZE bytes */
@@ -60,8 +59,8 @@ struct tf__stats_pub {
 	 * is anyone's who can write it (an odd value stored there must not
 	 * make every later snapshot look torn).  Under lock. */
 	uint32_t seq;
-	struct tf_node *nodes;
-	unsigned next_node_id;
+	struct tf__stats_source *sources;
+	unsigned next_source_id;
 	char path[64];
 };
 
@@ -77,9 +76,10 @@ static uint64_t realtime_ns(void)
 
 /* ------------------------------------------------------------- records */
 
-/* Plain copies rather than snprintf: a refresh runs inside the owner's
- * CQ poll and writes about a hundred names. */
-static void add(void *rec, const char *prefix, const char *name, uint64_t v)
+/* Plain copies rather than snprintf: a refresh writes about a hundred
+ * names. */
+void tf__stats_add_named(void *rec, const char *prefix, const char *name,
+			 uint64_t v)
 {
 	char full[TF_STATS_NAME_MAX];
 	/* Our own prefixes and field names, terminated and short; clamped
@@ -97,103 +97,8 @@ static void add(void *rec, const char *prefix, const char *name, uint64_t v)
 	tf__stats_add(rec, full, v);
 }
 
-/* The counters published for each stats struct: named after their
- * fields, read by offset and size (uint64_t counters, int settings). */
-struct field {
-	const char *name;
-	size_t off, size;
-};
-#define FIELD(_type, _f)                                           \
-	{                                                          \
-#_f, offsetof(_type, _f), sizeof(((_type *)0)->_f) \
-	}
-
-static const struct field ctx_fields[] = {
-	FIELD(tf_context_stats_t, mr_reg),
-	FIELD(tf_context_stats_t, mr_dereg),
-	FIELD(tf_context_stats_t, mr_reg_fail),
-	FIELD(tf_context_stats_t, pinned_bytes),
-	FIELD(tf_context_stats_t, mw_bind),
-	FIELD(tf_context_stats_t, mw_inval),
-	FIELD(tf_context_stats_t, qp_created),
-	FIELD(tf_context_stats_t, qp_errors),
-	FIELD(tf_context_stats_t, send_posted),
-	FIELD(tf_context_stats_t, recv_posted),
-	FIELD(tf_context_stats_t, cqe_ok),
-	FIELD(tf_context_stats_t, cqe_err),
-	FIELD(tf_context_stats_t, bytes_out),
-	FIELD(tf_context_stats_t, remote_access_denied),
-	FIELD(tf_context_stats_t, xlate_hits),
-	FIELD(tf_context_stats_t, xlate_misses),
-	FIELD(tf_context_stats_t, xlate_evictions),
-};
-
-static const struct field node_fields[] = {
-	FIELD(tf_node_stats_t, sessions_opened),
-	FIELD(tf_node_stats_t, sessions_closed),
-	FIELD(tf_node_stats_t, sessions_live),
-	FIELD(tf_node_stats_t, connect_failures),
-	FIELD(tf_node_stats_t, auth_failures),
-	FIELD(tf_node_stats_t, handshake_rejects),
-	FIELD(tf_node_stats_t, qp_new),
-	FIELD(tf_node_stats_t, qp_reused),
-	FIELD(tf_node_stats_t, qp_destroyed),
-	FIELD(tf_node_stats_t, qp_broken),
-	FIELD(tf_node_stats_t, qp_idle),
-	FIELD(tf_node_stats_t, windows_bound),
-	FIELD(tf_node_stats_t, windows_revoked),
-	FIELD(tf_node_stats_t, windows_live),
-	FIELD(tf_node_stats_t, expose_mr_fallback),
-	FIELD(tf_node_stats_t, revoke_ns),
-	FIELD(tf_node_stats_t, attach_pool),
-	FIELD(tf_node_stats_t, attach_cache),
-	FIELD(tf_node_stats_t, attach_direct),
-	FIELD(tf_node_stats_t, copy_bytes),
-	FIELD(tf_node_stats_t, slices_rented),
-	FIELD(tf_node_stats_t, crossover),
-	FIELD(tf_node_stats_t, reg_mode),
-	FIELD(tf_node_stats_t, use_mw),
-	FIELD(tf_node_stats_t, auth),
-};
-
-static const struct field pool_fields[] = {
-	FIELD(tf_pool_stats_t, rents),
-	FIELD(tf_pool_stats_t, returns),
-	FIELD(tf_pool_stats_t, cache_hits),
-	FIELD(tf_pool_stats_t, cache_misses),
-	FIELD(tf_pool_stats_t, enomem),
-	FIELD(tf_pool_stats_t, chunks),
-	FIELD(tf_pool_stats_t, chunk_bytes),
-	FIELD(tf_pool_stats_t, max_bytes),
-	FIELD(tf_pool_stats_t, slices),
-	FIELD(tf_pool_stats_t, free_slices),
-	FIELD(tf_pool_stats_t, huge_pages),
-	FIELD(tf_pool_stats_t, memory),
-};
-
-static const struct field rcache_fields[] = {
-	FIELD(tf_rcache_stats_t, hits),
-	FIELD(tf_rcache_stats_t, misses),
-	FIELD(tf_rcache_stats_t, evictions),
-	FIELD(tf_rcache_stats_t, invalidations),
-	FIELD(tf_rcache_stats_t, uncached),
-	FIELD(tf_rcache_stats_t, stale),
-	FIELD(tf_rcache_stats_t, reg_failures),
-	FIELD(tf_rcache_stats_t, monitor_events),
-	FIELD(tf_rcache_stats_t, regions),
-	FIELD(tf_rcache_stats_t, cached_bytes),
-	FIELD(tf_rcache_stats_t, pinned_regions),
-	FIELD(tf_rcache_stats_t, pinned_bytes),
-	FIELD(tf_rcache_stats_t, max_bytes),
-	FIELD(tf_rcache_stats_t, max_regions),
-	FIELD(tf_rcache_stats_t, monitor),
-	FIELD(tf_rcache_stats_t, check),
-};
-
-#define N_FIELDS(_a) (sizeof(_a) / sizeof((_a)[0]))
-
-static void add_fields(void *rec, const char *prefix, const void *st,
-		       const struct field *f, size_t n)
+void tf__stats_add_fields(void *rec, const char *prefix, const void *st,
+			  const struct tf__stats_field *f, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		const uint8_t *p = (const uint8_t *)st + f[i].off;
@@ -206,39 +111,29 @@ static void add_fields(void *rec, const char *prefix, const void *st,
 			memcpy(&iv, p, sizeof(iv));
 			v = (uint64_t)(int64_t)iv;
 		}
-		add(rec, prefix, f[i].name, v);
+		tf__stats_add_named(rec, prefix, f[i].name, v);
 	}
 }
 
-static void add_node(void *rec, struct tf_node *node)
-{
-	static const char *const kinds[TF_POOL_MEM_KINDS] = {
-		[TF_POOL_MEM_PROVIDER] = "provider",
-		[TF_POOL_MEM_HUGETLB] = "hugetlb",
-		[TF_POOL_MEM_THP] = "thp",
-		[TF_POOL_MEM_REGULAR] = "regular",
-	};
-	tf_node_stats_t ns;
-	tf_pool_stats_t ps;
-	tf_rcache_stats_t rs;
-	char pfx[32], name[32];
-
-	snprintf(pfx, sizeof(pfx), "node%u.", node->stats_id);
-	if (!tf_node_query_stats(node, &ns))
-		add_fields(rec, pfx, &ns, node_fields, N_FIELDS(node_fields));
-	snprintf(pfx, sizeof(pfx), "node%u.pool.", node->stats_id);
-	if (!tf_pool_query_stats(node->pool, &ps)) {
-		add_fields(rec, pfx, &ps, pool_fields, N_FIELDS(pool_fields));
-		for (unsigned k = 0; k < TF_POOL_MEM_KINDS; k++) {
-			snprintf(name, sizeof(name), "chunks_%s", kinds[k]);
-			add(rec, pfx, name, ps.chunks_by_memory[k]);
-		}
-	}
-	snprintf(pfx, sizeof(pfx), "node%u.rcache.", node->stats_id);
-	if (!tf_rcache_query_stats(node->rc, &rs))
-		add_fields(rec, pfx, &rs, rcache_fields,
-			   N_FIELDS(rcache_fields));
-}
+static const struct tf__stats_field ctx_fields[] = {
+	TF__STATS_FIELD(tf_context_stats_t, mr_reg),
+	TF__STATS_FIELD(tf_context_stats_t, mr_dereg),
+	TF__STATS_FIELD(tf_context_stats_t, mr_reg_fail),
+	TF__STATS_FIELD(tf_context_stats_t, pinned_bytes),
+	TF__STATS_FIELD(tf_context_stats_t, mw_bind),
+	TF__STATS_FIELD(tf_context_stats_t, mw_inval),
+	TF__STATS_FIELD(tf_context_stats_t, qp_created),
+	TF__STATS_FIELD(tf_context_stats_t, qp_errors),
+	TF__STATS_FIELD(tf_context_stats_t, send_posted),
+	TF__STATS_FIELD(tf_context_stats_t, recv_posted),
+	TF__STATS_FIELD(tf_context_stats_t, cqe_ok),
+	TF__STATS_FIELD(tf_context_stats_t, cqe_err),
+	TF__STATS_FIELD(tf_context_stats_t, bytes_out),
+	TF__STATS_FIELD(tf_context_stats_t, remote_access_denied),
+	TF__STATS_FIELD(tf_context_stats_t, xlate_hits),
+	TF__STATS_FIELD(tf_context_stats_t, xlate_misses),
+	TF__STATS_FIELD(tf_context_stats_t, xlate_evictions),
+};
 
 /* Lay out a full record of @ctx in @rec (room for @cap entries).  With
  * publication on, pub->lock must be held (the node list). */
@@ -254,15 +149,22 @@ static uint32_t collect(struct tf_context *ctx, void *rec, uint32_t cap,
 	tf__stats_init(rec, cap, flags, (uint32_t)getpid(), ctx->stats_id,
 		       ctx->stats_start_ns, ctx->prov_name, ctx->device, comm);
 	tf_context_query_stats(ctx, &s);
-	add_fields(rec, "ctx.", &s, ctx_fields, N_FIELDS(ctx_fields));
-	add(rec, "ctx.", "live_pd", (uint64_t)atomic_load(&ctx->n_pd));
-	add(rec, "ctx.", "live_mr", (uint64_t)atomic_load(&ctx->n_mr));
-	add(rec, "ctx.", "live_mw", (uint64_t)atomic_load(&ctx->n_mw));
-	add(rec, "ctx.", "live_cq", (uint64_t)atomic_load(&ctx->n_cq));
-	add(rec, "ctx.", "live_qp", (uint64_t)atomic_load(&ctx->n_qp));
+	tf__stats_add_fields(rec, "ctx.", &s, ctx_fields,
+			     TF__ARRAY_SIZE(ctx_fields));
+	tf__stats_add_named(rec, "ctx.", "live_pd",
+			    (uint64_t)atomic_load(&ctx->n_pd));
+	tf__stats_add_named(rec, "ctx.", "live_mr",
+			    (uint64_t)atomic_load(&ctx->n_mr));
+	tf__stats_add_named(rec, "ctx.", "live_mw",
+			    (uint64_t)atomic_load(&ctx->n_mw));
+	tf__stats_add_named(rec, "ctx.", "live_cq",
+			    (uint64_t)atomic_load(&ctx->n_cq));
+	tf__stats_add_named(rec, "ctx.", "live_qp",
+			    (uint64_t)atomic_load(&ctx->n_qp));
 	if (pub)
-		for (struct tf_node *n = pub->nodes; n; n = n->stats_next)
-			add_node(rec, n);
+		for (struct tf__stats_source *src = pub->sources; src;
+		     src = src->next)
+			src->collect(src, rec);
 	return tf__stats_seal(rec, realtime_ns());
 }
 
@@ -464,8 +366,9 @@ static void pub_close(struct tf_context *ctx)
 	if (!pub)
 		return;
 	ctx->stats_pub = NULL;
-	if (pub->nodes)
-		tf_log_warn(S, "context closed with nodes still listed");
+	if (pub->sources)
+		tf_log_warn(S, "context closed with stats sources (nodes) "
+			       "still listed");
 	/* Unlink before the lock goes with the fd: a reader never finds
 	 * the file of a live context unlocked.  Only if the name still
 	 * leads to our file: what someone put there is not ours to remove.
@@ -485,32 +388,33 @@ static void pub_close(struct tf_context *ctx)
 	tf__free(pub);
 }
 
-void tf__stats_node_add(struct tf_context *ctx, struct tf_node *node)
+void tf__stats_source_add(struct tf_context *ctx, struct tf__stats_source *src)
 {
 	struct tf__stats_pub *pub = ctx->stats_pub;
-	struct tf_node **pp;
+	struct tf__stats_source **pp;
 
 	if (!pub)
 		return;
 	pthread_mutex_lock(&pub->lock);
-	node->stats_id = pub->next_node_id++;
-	node->stats_next = NULL;
-	for (pp = &pub->nodes; *pp; pp = &(*pp)->stats_next)
+	src->id = pub->next_source_id++;
+	src->next = NULL;
+	for (pp = &pub->sources; *pp; pp = &(*pp)->next)
 		;
-	*pp = node;
+	*pp = src;
 	pthread_mutex_unlock(&pub->lock);
 }
 
-void tf__stats_node_del(struct tf_context *ctx, struct tf_node *node)
+void tf__stats_source_del(struct tf_context *ctx, struct tf__stats_source *src)
 {
 	struct tf__stats_pub *pub = ctx->stats_pub;
 
 	if (!pub)
 		return;
 	pthread_mutex_lock(&pub->lock);
-	for (struct tf_node **pp = &pub->nodes; *pp; pp = &(*pp)->stats_next)
-		if (*pp == node) {
-			*pp = node->stats_next;
+	for (struct tf__stats_source **pp = &pub->sources; *pp;
+	     pp = &(*pp)->next)
+		if (*pp == src) {
+			*pp = src->next;
 			break;
 		}
 	pthread_mutex_unlock(&pub->lock);

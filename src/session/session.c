@@ -34,8 +34,8 @@ enum { WR_SEND = 1, WR_RECV = 2, WR_INT = 3 };
 
 #define REMOTE_RIGHTS TF_WIRE_EXPOSURE_RIGHTS
 
-int tf__session_new(struct tf_node *node, struct tf_conn *c, bool server,
-		    struct tf_session **s_p)
+int tf__sess_new(struct tf_node *node, struct tf_conn *c, bool server,
+		 struct tf_session **s_p)
 {
 	struct tf_session *s = c->spare;
 
@@ -66,13 +66,13 @@ int tf__session_new(struct tf_node *node, struct tf_conn *c, bool server,
 	*s_p = s;
 	return 0;
 err_free:
-	tf__session_free_mem(s);
+	tf__sess_free_mem(s);
 err:
 	tf_log_error(S, "out of memory for a session");
 	return -ENOMEM;
 }
 
-void tf__session_free_mem(struct tf_session *s)
+void tf__sess_free_mem(struct tf_session *s)
 {
 	if (!s)
 		return;
@@ -196,7 +196,7 @@ static int send_exposures(struct tf_session *s)
 	return 0;
 }
 
-int tf__session_send_accept(struct tf_session *s)
+int tf__sess_send_accept(struct tf_session *s)
 {
 	uint8_t blob[TF_QP_ADDR_MAX], ctl[TF_QP_ADDR_MAX];
 	size_t blob_len = 0, ctl_len = 0;
@@ -242,7 +242,7 @@ int tf_session_establish(tf_session_t *s)
 		return -EINVAL;
 	if (s->broken)
 		return -ENOTCONN;
-	return tf__session_send_accept(s);
+	return tf__sess_send_accept(s);
 }
 
 /* ------------------------------------------------------- completions */
@@ -250,7 +250,7 @@ int tf_session_establish(tf_session_t *s)
 static void stash_push(struct tf_session *s, const struct tf_wc *wc)
 {
 	if (s->n_stash == s->stash_cap) {
-		/* Cannot happen: see tf__session_new. */
+		/* Cannot happen: see tf__sess_new. */
 		tf_log_error(S, "completion stash overflow; dropped wr_id %llu",
 			     (unsigned long long)wc->wr_id);
 		return;
@@ -338,7 +338,7 @@ static int wait_internal(struct tf_session *s)
 {
 	struct tf_backoff bo;
 
-	tf__backoff_init(&bo, s->node, s->node->timeout_ms);
+	tf__sess_backoff_init(&bo, s->node, s->node->timeout_ms);
 	while (pending_internal(s)) {
 		int r = reap(s, NULL, 0);
 
@@ -385,7 +385,7 @@ int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
 		return -EINVAL;
 	closed = s->peer_closed;
 	broken = s->broken;
-	tf__backoff_init(&bo, s->node, timeout_ms);
+	tf__sess_backoff_init(&bo, s->node, timeout_ms);
 	for (;;) {
 		int r = tf_session_poll(s, n, wc);
 
@@ -671,7 +671,7 @@ int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms)
 
 	if (!s)
 		return -EINVAL;
-	tf__backoff_init(&bo, s->node, timeout_ms);
+	tf__sess_backoff_init(&bo, s->node, timeout_ms);
 	for (;;) {
 		ctrl_step(s);
 		if (s->n_peer >= n)
@@ -982,7 +982,7 @@ static void drain(struct tf_session *s)
 {
 	struct tf_backoff bo;
 
-	tf__backoff_init(&bo, s->node, s->node->timeout_ms);
+	tf__sess_backoff_init(&bo, s->node, s->node->timeout_ms);
 	while (s->send_done != s->send_posted) {
 		if (reap(s, NULL, 0) < 0 || tf__backoff(&bo)) {
 			set_broken(s, -ETIMEDOUT);
@@ -1000,7 +1000,7 @@ static void wait_peer_close(struct tf_session *s)
 {
 	struct tf_backoff bo;
 
-	tf__backoff_init(&bo, s->node, s->node->timeout_ms);
+	tf__sess_backoff_init(&bo, s->node, s->node->timeout_ms);
 	for (;;) {
 		ctrl_step(s);
 		if (s->peer_closed || s->broken)
@@ -1066,7 +1066,7 @@ void tf_session_close(tf_session_t *s)
 	if (keep)
 		c->spare = s;
 	else
-		tf__session_free_mem(s);
+		tf__sess_free_mem(s);
 	if (server) {
 		struct tf_listener *l = c->l;
 

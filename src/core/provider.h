@@ -20,7 +20,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "config_int.h"
+#include "util.h"
 
 struct tf_provider_ops;
 
@@ -88,10 +88,6 @@ struct tf_qp {
 	atomic_ullong errors, flushed, rnr_retries, bytes_out, bytes_in;
 };
 
-/* Increment a relaxed counter (statistics only, no ordering). */
-#define TF_STAT_ADD(_obj, _field, _n) \
-	atomic_fetch_add_explicit(&(_obj)->_field, (_n), memory_order_relaxed)
-
 struct tf_provider_ops {
 	size_t size; /* sizeof(struct tf_provider_ops), checked at open */
 	const char *name;
@@ -152,51 +148,5 @@ struct tf_provider_ops {
  * all_providers.c; no dlopen in v1). */
 extern const struct tf_provider_ops tf_verbs_provider_ops;
 extern const struct tf_provider_ops tf_soft_provider_ops;
-
-/* ---------------------------------------------------------------- helpers
- * for providers: allocator, logging, randomness, time. */
-
-void *tf__malloc(size_t size);
-void *tf__calloc(size_t nmemb, size_t size);
-void *tf__realloc(void *ptr, size_t size);
-void tf__free(void *ptr);
-
-void tf__log(tf_log_level_t level, const char *subsys, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-bool tf__log_enabled(tf_log_level_t level);
-
-#define tf_log_error(_sub, ...) tf__log(TF_LOG_ERROR, _sub, __VA_ARGS__)
-#define tf_log_warn(_sub, ...)	tf__log(TF_LOG_WARN, _sub, __VA_ARGS__)
-#define tf_log_info(_sub, ...)	tf__log(TF_LOG_INFO, _sub, __VA_ARGS__)
-#define tf_log_debug(_sub, ...)                                   \
-	do {                                                      \
-		if (tf__log_enabled(TF_LOG_DEBUG))                \
-			tf__log(TF_LOG_DEBUG, _sub, __VA_ARGS__); \
-	} while (0)
-
-/* Fill @buf with CSPRNG bytes (getrandom, else /dev/urandom); 0 or
- * -errno (logged). */
-int tf__random(void *buf, size_t len);
-/* A random 32-bit value that is neither 0 nor ~0, or 0 when no randomness
- * can be had (logged): callers that make keys must refuse then, since a
- * predictable key would grant access to a guesser. */
-uint32_t tf__random_u32(void);
-
-/* Monotonic time. */
-uint64_t tf__now_ns(void);
-
-/* Spin-wait hint, for busy-wait loops. */
-static inline void tf__cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#else
-	atomic_signal_fence(memory_order_seq_cst);
-#endif
-}
-
-/* Apply the core's QP defaults/bounds; used by tf_qp_create. */
-int tf__qp_attr_init(struct tf_pd *pd, const tf_qp_params_t *params,
-		     struct tf_qp *attr);
 
 #endif /* TOLLFREE_PROVIDER_H */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * session_conn.c - nodes, listeners, connections and the bootstrap
+ * conn.c - nodes, listeners, connections and the bootstrap
  * handshake of sessions (wire format in wire_int.h).
  *
  * The server serves every handshake from one epoll set without blocking:
@@ -24,7 +24,6 @@
 #include <unistd.h>
 
 #include "session_int.h"
-#include "stats_int.h"
 
 #define S TF_SESS_SUBSYS
 #define STAT(_n, _f) \
@@ -112,7 +111,7 @@ void tf__conn_destroy(struct tf_conn *c)
 {
 	if (!c)
 		return;
-	tf__session_free_mem(c->spare);
+	tf__sess_free_mem(c->spare);
 	tf__ctl_destroy(c);
 	if (c->qp) {
 		if (c->broken)
@@ -333,7 +332,7 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 		     node->reg_mode, node->crossover,
 		     node->use_mw ? "windows" : "dedicated MRs",
 		     node->psk_len ? "on" : "off");
-	tf__stats_node_add(ctx, node);
+	tf__sess_stats_register(node);
 	*node_p = node;
 	return 0;
 
@@ -361,7 +360,7 @@ void tf_node_destroy(tf_node_t *node)
 			    atomic_load(&node->n_listeners));
 	/* Unlisted first: a concurrent publisher must not read a node that
 	 * is being torn down. */
-	tf__stats_node_del(node->ctx, node);
+	tf__sess_stats_unregister(node);
 	while ((c = node->idle.next) != &node->idle) {
 		tf__conn_unlink(c);
 		tf__conn_destroy(c);
@@ -871,7 +870,7 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 			tf__ctl_destroy(c);
 		c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
 	}
-	ret = tf__session_new(node, c, true, &s);
+	ret = tf__sess_new(node, c, true, &s);
 	if (ret)
 		return ret;
 	s->reused = idle;
@@ -1303,7 +1302,7 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 		tf__conn_destroy(c);
 		return -TF_EQPERR;
 	}
-	ret = tf__session_new(node, c, false, &s);
+	ret = tf__sess_new(node, c, false, &s);
 	if (ret) {
 		tf__conn_destroy(c);
 		return ret;
@@ -1423,7 +1422,7 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 			ctl_len = 0;
 		}
 	}
-	ret = tf__session_new(node, c, false, &s);
+	ret = tf__sess_new(node, c, false, &s);
 	if (ret)
 		goto err_conn;
 	ret = send_open(s, params, auth ? mac : NULL, blob, blob_len, ctl,

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "provider.h"
+#include "util.h"
 
 #define TF__STR2(x) #x
 #define TF__STR(x)  TF__STR2(x)
@@ -36,6 +36,29 @@ const char *tf_strerror(int err)
 	/* strerror() of glibc returns static strings for known codes; an
 	 * unknown one may use a static buffer, which is still no crash. */
 	return strerror(err);
+}
+
+const char *tf_wc_status_str(enum tf_wc_status status)
+{
+	static const char *const names[] = {
+		[TF_WC_SUCCESS] = "success",
+		[TF_WC_LOC_LEN_ERR] = "local length error",
+		[TF_WC_LOC_QP_OP_ERR] = "local QP operation error",
+		[TF_WC_LOC_PROT_ERR] = "local protection error",
+		[TF_WC_WR_FLUSH_ERR] = "WR flushed",
+		[TF_WC_MW_BIND_ERR] = "memory window bind error",
+		[TF_WC_REM_INV_REQ_ERR] = "remote invalid request error",
+		[TF_WC_REM_ACCESS_ERR] = "remote access error",
+		[TF_WC_REM_OP_ERR] = "remote operation error",
+		[TF_WC_RETRY_EXC_ERR] = "transport retry counter exceeded",
+		[TF_WC_RNR_RETRY_EXC_ERR] = "RNR retry counter exceeded",
+		[TF_WC_FATAL_ERR] = "fatal error",
+		[TF_WC_GENERAL_ERR] = "general error",
+	};
+
+	if ((unsigned)status >= sizeof(names) / sizeof(names[0]))
+		return "unknown";
+	return names[status];
 }
 
 unsigned tf_version(void)

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "provider.h"
+#include "util.h"
 
 enum cfg_type { CFG_STR, CFG_UINT, CFG_SIZE, CFG_BOOL, CFG_LOGLEVEL };
 
@@ -24,6 +24,7 @@ struct cfg_var {
 	const char *help;
 	size_t offset;
 	size_t size;
+	bool secret; /* never logged or printed */
 };
 
 static const struct cfg_var cfg_table[] = {
@@ -34,7 +35,8 @@ static const struct cfg_var cfg_table[] = {
 	 _def,                                                \
 	 _help,                                               \
 	 offsetof(struct tf_config, _field),                  \
-	 sizeof(((struct tf_config *)0)->_field)},
+	 sizeof(((struct tf_config *)0)->_field),             \
+	 sizeof(#_NAME) == 4 && #_NAME[0] == 'P' && #_NAME[1] == 'S'},
 	TF_CONFIG_VARS(TF__CFG_ROW)
 #undef TF__CFG_ROW
 };
@@ -47,6 +49,10 @@ static struct tf_config env_cfg;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
 static char upper_name[CFG_N][64];
+/* What the environment said, and which values did not parse. */
+static const char *env_val[CFG_N];
+static bool env_invalid[CFG_N];
+static pthread_once_t report_once = PTHREAD_ONCE_INIT;
 
 int tf__config_parse_size(const char *s, uint64_t *out)
 {
@@ -209,7 +215,6 @@ static void env_init(void)
 	for (size_t i = 0; i < CFG_N; i++) {
 		const struct cfg_var *v = &cfg_table[i];
 		char *dst = (char *)&env_cfg + v->offset;
-		const char *env;
 		size_t j;
 
 		snprintf(upper_name[i], sizeof(upper_name[i]), "TOLLFREE_%s",
@@ -220,21 +225,44 @@ static void env_init(void)
 		/* Defaults are compile-time constants and must parse. */
 		if (parse_var(v, v->deflt, dst))
 			abort();
-		env = getenv(upper_name[i]);
-		if (env && parse_var(v, env, dst)) {
-			/* Keep the default; logging may not be set up yet, so
-			 * the level check uses the default level. */
+		env_val[i] = getenv(upper_name[i]);
+		if (env_val[i] && parse_var(v, env_val[i], dst)) {
 			parse_var(v, v->deflt, dst);
-			tf__log(TF_LOG_WARN, "config",
-				"%s='%s' is not a valid value, using '%s'",
-				upper_name[i], env, v->deflt);
+			env_invalid[i] = true;
 		}
 	}
+	/* The log never reads the configuration (it would re-enter this
+	 * once-routine); it is told the level instead. */
+	tf__log_set_config_level(env_cfg.log_level);
+}
+
+/* Log each invalid value once, after the once-routine: a secret's value
+ * is never written. */
+static void env_report(void)
+{
+	for (size_t i = 0; i < CFG_N; i++) {
+		if (!env_invalid[i])
+			continue;
+		if (cfg_table[i].secret)
+			tf__log(TF_LOG_WARN, "config",
+				"%s (%zu bytes) is not a valid value",
+				upper_name[i], strlen(env_val[i]));
+		else
+			tf__log(TF_LOG_WARN, "config",
+				"%s='%s' is not a valid value, using '%s'",
+				upper_name[i], env_val[i], cfg_table[i].deflt);
+	}
+}
+
+static void env_load(void)
+{
+	pthread_once(&env_once, env_init);
+	pthread_once(&report_once, env_report);
 }
 
 void tf__config_get(struct tf_config *cfg)
 {
-	pthread_once(&env_once, env_init);
+	env_load();
 	*cfg = env_cfg;
 }
 
@@ -253,7 +281,7 @@ int tf_config_foreach(tf_config_var_fn_t fn, void *arg)
 {
 	char buf[TF_CONFIG_STR_MAX + 32];
 
-	pthread_once(&env_once, env_init);
+	env_load();
 	for (size_t i = 0; i < CFG_N; i++) {
 		format_var(&cfg_table[i], &env_cfg, buf, sizeof(buf));
 		if (fn)
@@ -271,7 +299,7 @@ int tf_config_get(const char *name, char *buf, size_t len)
 
 	if (!name || (!buf && len))
 		return -EINVAL;
-	pthread_once(&env_once, env_init);
+	env_load();
 	v = find_var(name, NULL);
 	if (!v)
 		return -ENOENT;

@@ -7,7 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "provider.h"
+#include "util.h"
 
 static void default_handler(tf_log_level_t level, const char *subsys,
 			    const char *msg, void *arg);
@@ -36,19 +36,21 @@ static int current_level(void)
 {
 	int lvl =
 		atomic_load_explicit(&log_level_override, memory_order_relaxed);
-	struct tf_config cfg;
 
 	if (lvl >= 0)
 		return lvl;
 	lvl = atomic_load_explicit(&log_level_cfg, memory_order_relaxed);
-	if (lvl >= 0)
-		return lvl;
-	/* First log call: read the configuration.  tf__config_get may log a
-	 * warning itself, so set a provisional level first. */
-	atomic_store(&log_level_cfg, TF_LOG_WARN);
-	tf__config_get(&cfg);
-	atomic_store(&log_level_cfg, cfg.log_level);
-	return cfg.log_level;
+	/* Until the configuration is read (the first context or node it
+	 * configures), the default level applies. */
+	return lvl >= 0 ? lvl : TF_LOG_WARN;
+}
+
+/* The configuration pushes TOLLFREE_LOG_LEVEL here once it is read: the
+ * log never reads the configuration itself, so that the configuration
+ * loader may log (a bad value) without re-entering itself. */
+void tf__log_set_config_level(int level)
+{
+	atomic_store(&log_level_cfg, level);
 }
 
 bool tf__log_enabled(tf_log_level_t level)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * session_int.h - internal structures of nodes, listeners, connections and
- * sessions (session.c, session_conn.c).
+ * sessions (the files of src/session/).
  */
 #ifndef TOLLFREE_SESSION_INT_H
 #define TOLLFREE_SESSION_INT_H
@@ -15,6 +15,7 @@
 #include <tollfree/session.h>
 
 #include "provider.h"
+#include "stats_int.h"
 #include "wire_int.h"
 
 #define TF_SESS_SUBSYS	    "session"
@@ -28,7 +29,7 @@
 #define TF_LISTENER_SOCKCHECK_NS 1000000ull
 
 /*
- * The control QP of a connection (session_ctl.c): TF_CTL_RECV receive
+ * The control QP of a connection (ctl.c): TF_CTL_RECV receive
  * slots and TF_CTL_SEND send slots of TF_CTL_SLOT bytes each, in one
  * registered buffer.  The largest control message on it is an ACCEPT with
  * TF_WIRE_MAX_EXPOSE exposures (16 + 10 + 64 * 24 = 1562 bytes); an OPEN
@@ -123,10 +124,8 @@ struct tf_node {
 	atomic_ullong expose_mr_fallback, revoke_ns, attach_pool, attach_cache;
 	atomic_ullong attach_direct, copy_bytes, slices_rented;
 	atomic_llong windows_live;
-	/* Statistics publication (stats_pub.c): the context's node list,
-	 * under its publication lock, and this node's number in it. */
-	struct tf_node *stats_next;
-	unsigned stats_id;
+	/* Statistics publication (node_stats.c). */
+	struct tf__stats_source stats_src;
 };
 
 struct tf_listener {
@@ -193,7 +192,7 @@ struct tf_session {
 	/*
 	 * From here on, nothing is cleared when the memory of a session is
 	 * reused for the next session on its kept connection (see
-	 * tf__session_new): every entry below is written before it is read
+	 * tf__sess_new): every entry below is written before it is read
 	 * (bufs and exps when they come into use, peer and priv up to their
 	 * counts, the rings by slot).  The arrays take ~40 KB with the
 	 * default queue depths; zeroing them per session cost more than a
@@ -212,55 +211,24 @@ struct tf_session {
 	uint8_t priv[TF_WIRE_MAX_PRIV];
 };
 
-/* session_conn.c */
+/* conn.c */
 int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
 		    uint32_t send_depth, uint32_t recv_depth);
 void tf__conn_destroy(struct tf_conn *c);
 void tf__conn_unlink(struct tf_conn *c);
 void tf__conn_link(struct tf_conn *head, struct tf_conn *c);
-/*
- * A wait for the peer or for the provider inside the session layer: spin
- * (pause) for the context's TOLLFREE_POLL_SPIN_US, then yield between
- * polls.  The messages and completions waited for take a microsecond or
- * less to arrive; a system call on every turn (sched_yield costs about as
- * much) would double that, and a wake-up across cores would cost tens of
- * microseconds.  After the spin, yielding lets a peer that shares the
- * core answer.
- */
-struct tf_backoff {
-	uint64_t start, spin_ns, deadline;
-};
-
-/* A wait of at most @timeout_ms (< 0: none). */
-static inline void tf__backoff_init(struct tf_backoff *b,
-				    const struct tf_node *node, int timeout_ms)
+/* A wait of the session layer: tf__backoff with the context's spin. */
+static inline void tf__sess_backoff_init(struct tf_backoff *b,
+					 const struct tf_node *node,
+					 int timeout_ms)
 {
-	b->start = tf__now_ns();
-	b->spin_ns = (uint64_t)node->ctx->cfg.poll_spin_us * 1000;
-	b->deadline = timeout_ms < 0
-			      ? UINT64_MAX
-			      : b->start + (uint64_t)timeout_ms * 1000000;
+	tf__backoff_init(b, node->ctx->cfg.poll_spin_us, timeout_ms);
 }
 
-/* One turn of the wait, after a poll that found nothing: -ETIMEDOUT once
- * the deadline passed, else 0 after a pause or a yield. */
-static inline int tf__backoff(struct tf_backoff *b)
-{
-	uint64_t now = tf__now_ns();
-
-	if (now >= b->deadline)
-		return -ETIMEDOUT;
-	if (now - b->start < b->spin_ns)
-		tf__cpu_relax();
-	else
-		sched_yield();
-	return 0;
-}
-
-int tf__session_new(struct tf_node *node, struct tf_conn *c, bool server,
-		    struct tf_session **s_p);
-void tf__session_free_mem(struct tf_session *s);
-int tf__session_send_accept(struct tf_session *s);
+int tf__sess_new(struct tf_node *node, struct tf_conn *c, bool server,
+		 struct tf_session **s_p);
+void tf__sess_free_mem(struct tf_session *s);
+int tf__sess_send_accept(struct tf_session *s);
 int tf__sess_add_exposures(struct tf_session *s,
 			   const struct tf_wire_exposures *x);
 void tf__listener_keep(struct tf_listener *l, struct tf_conn *c);
@@ -270,7 +238,11 @@ void tf__node_keep(struct tf_node *node, struct tf_conn *c);
 int tf__sess_ctl_send(struct tf_session *s, const struct tf_wire_msg *m,
 		      int timeout_ms);
 
-/* session_ctl.c */
+/* node_stats.c: publish the node's counters with its context's. */
+void tf__sess_stats_register(struct tf_node *node);
+void tf__sess_stats_unregister(struct tf_node *node);
+
+/* ctl.c */
 int tf__ctl_create(struct tf_node *node, struct tf_conn *c);
 void tf__ctl_destroy(struct tf_conn *c);
 int tf__ctl_connect(struct tf_conn *c, const void *blob, size_t len);

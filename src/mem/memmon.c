@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * memmon.c - the process-wide memory monitor of the registration caches,
- * built on userfaultfd, and the fork generation.
+ * built on userfaultfd.
  *
  * Which events: UFFD_FEATURE_EVENT_UNMAP (munmap, mmap(MAP_FIXED) over a
  * range, brk shrinking, mremap shrinking), EVENT_REMOVE (madvise
@@ -63,8 +63,6 @@
 
 /* ------------------------------------------------------------- fork */
 
-atomic_uint tf__fork_generation;
-
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t mon_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -83,7 +81,6 @@ static void fork_parent(void)
 
 static void fork_child(void)
 {
-	atomic_fetch_add(&tf__fork_generation, 1);
 	memmon_atfork_child();
 	pthread_mutex_unlock(&mon_lock);
 }
@@ -91,11 +88,6 @@ static void fork_child(void)
 static void fork_register(void)
 {
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
-void tf__fork_init(void)
-{
-	pthread_once(&fork_once, fork_register);
 }
 
 /* ---------------------------------------------------------- monitor */
@@ -319,6 +311,7 @@ int tf__memmon_open(void)
 	int ret = 0;
 
 	tf__fork_init();
+	pthread_once(&fork_once, fork_register);
 	pthread_mutex_lock(&mon_lock);
 	if (mon.users) {
 		mon.users++;

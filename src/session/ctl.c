@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * session_ctl.c - the control channel of a kept connection: a second RC
+ * ctl.c - the control channel of a kept connection: a second RC
  * QP, made and connected with the connection's first session, that
  * carries the control messages (OPEN, ACCEPT/REJECT, EXPOSE, CLOSE) of
  * every later session on that connection as SEND/RECV.
@@ -221,7 +221,7 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 			     m->len, TF_CTL_SLOT);
 		return -EMSGSIZE;
 	}
-	tf__backoff_init(&bo, c->node, timeout_ms);
+	tf__sess_backoff_init(&bo, c->node, timeout_ms);
 	checked = bo.start;
 	for (;;) {
 		/* This also takes in what the peer sent meanwhile, so that
@@ -323,7 +323,7 @@ void tf__ctl_flush(struct tf_conn *c, int timeout_ms)
 	struct tf_ctl *k = &c->ctl;
 	struct tf_backoff bo;
 
-	tf__backoff_init(&bo, c->node, timeout_ms);
+	tf__sess_backoff_init(&bo, c->node, timeout_ms);
 	while (k->qp && k->send_done != k->sent) {
 		if (reap(k) || tf__backoff(&bo))
 			return;
@@ -347,7 +347,7 @@ int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms)
 	uint64_t checked;
 	int ret;
 
-	tf__backoff_init(&bo, c->node, timeout_ms);
+	tf__sess_backoff_init(&bo, c->node, timeout_ms);
 	checked = bo.start;
 	for (;;) {
 		ret = tf__ctl_next(c, rx);

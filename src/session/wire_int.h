@@ -41,7 +41,7 @@
  * messages (OPEN, ACCEPT/REJECT, EXPOSE, CLOSE) as SENDs on the control
  * QP instead, one message per SEND, in this same format; the receiver
  * checks that the SEND's length is exactly hdr_size + size
- * (session_ctl.c).  The socket then carries nothing; its end still means
+ * (ctl.c).  The socket then carries nothing; its end still means
  * the peer's end.
  *
  * mac_s = HMAC-SHA256(psk, "tollfree-s" | nonce_c | nonce_s)

@@ -28,7 +28,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "rcache_int.h"
+#include "provider.h"
 
 #define POOL_MAX_CLASSES 40
 #define TLS_SLOTS	 8

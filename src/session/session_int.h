@@ -212,6 +212,15 @@ struct tf_session {
 };
 
 /* conn.c */
+struct tf_conn *tf__conn_alloc(struct tf_node *node, int fd);
+void tf__conn_list_init(struct tf_conn *head);
+void tf__conn_sock_opts(int fd);
+/* Take a kept connection to the peer at @sa (client), or NULL. */
+struct tf_conn *tf__node_take(struct tf_node *node,
+			      const struct sockaddr_storage *sa, socklen_t len);
+/* A numeric or named IPv4/IPv6 address: 0 or -EINVAL (logged). */
+int tf__sess_resolve(const char *host, uint16_t port,
+		     struct sockaddr_storage *sa, socklen_t *len_p);
 int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
 		    uint32_t send_depth, uint32_t recv_depth);
 void tf__conn_destroy(struct tf_conn *c);

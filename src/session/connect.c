@@ -1,0 +1,372 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * connect.c - the client side of the bootstrap handshake: a new
+ * connection, or the next session on a kept one.  The client blocks,
+ * with the node timeout on every read.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "session_int.h"
+
+#define S TF_SESS_SUBSYS
+#define STAT(_n, _f) \
+	atomic_fetch_add_explicit(&(_n)->_f, 1, memory_order_relaxed)
+
+static int connect_tcp(struct tf_node *node, const struct sockaddr_storage *sa,
+		       socklen_t sl, int *fd_p)
+{
+	struct pollfd pfd;
+	socklen_t el = sizeof(int);
+	int fd, err = 0, r;
+
+	fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0) {
+		err = -errno;
+		tf_log_error(S, "socket: %m");
+		return err;
+	}
+	tf__conn_sock_opts(fd);
+	if (connect(fd, (const struct sockaddr *)sa, sl) &&
+	    errno != EINPROGRESS) {
+		err = -errno;
+		goto err_close;
+	}
+	pfd.fd = fd;
+	pfd.events = POLLOUT;
+	do {
+		r = poll(&pfd, 1, node->timeout_ms);
+	} while (r < 0 && errno == EINTR);
+	if (r <= 0) {
+		err = r ? -errno : -ETIMEDOUT;
+		goto err_close;
+	}
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+	if (err) {
+		err = -err;
+		goto err_close;
+	}
+	*fd_p = fd;
+	return 0;
+err_close:
+	close(fd);
+	return err;
+}
+
+/* The server's REJECT in c->rx, as its error (logged), or 0 for any
+ * other message. */
+static int server_refused(struct tf_conn *c)
+{
+	int err;
+
+	if (c->rx.h.op != TF_WIRE_REJECT)
+		return 0;
+	if (tf__wire_parse_reject(&c->rx, &err))
+		err = -TF_EWIRE;
+	tf_log_warn(S, "server refused the session: %s", tf_strerror(err));
+	return err;
+}
+
+/* Receive the server's answer to OPEN: ACCEPT (into @s) or REJECT. */
+static int client_accept(struct tf_session *s, bool reused)
+{
+	struct tf_conn *c = s->c;
+	struct tf_wire_accept acc;
+	int ret;
+
+	tf__wire_rx_reset(&c->rx);
+	if (s->qctl)
+		ret = tf__ctl_wait(c, &c->rx, s->node->timeout_ms);
+	else
+		ret = tf__wire_recv(c->fd, &c->rx, s->node->timeout_ms);
+	if (ret < 0)
+		return ret;
+	ret = server_refused(c);
+	if (ret)
+		return ret;
+	ret = tf__wire_parse_accept(&c->rx, &acc);
+	if (ret)
+		return ret;
+	if ((reused != !acc.blob_len) || (reused && acc.conn_id != c->id) ||
+	    (acc.ctl_len && (reused || !c->ctl.qp))) {
+		tf_log_warn(S, "handshake: malformed ACCEPT");
+		return -TF_EWIRE;
+	}
+	ret = tf__sess_add_exposures(s, &acc.exps);
+	if (ret)
+		return ret;
+	if (!reused) {
+		c->id = acc.conn_id;
+		ret = tf_qp_connect(c->qp, acc.blob, acc.blob_len);
+		if (ret) {
+			tf_log_warn(S, "server QP address refused: %s",
+				    tf_strerror(ret));
+			return ret;
+		}
+		/* The server connected a control QP to ours (and will expect
+		 * the next session's OPEN there), or has none. */
+		if (acc.ctl_len) {
+			ret = tf__ctl_connect(c, acc.ctl, acc.ctl_len);
+			if (ret)
+				return ret;
+		} else {
+			tf__ctl_destroy(c);
+		}
+	}
+	tf__wire_rx_reset(&c->rx);
+	return 0;
+}
+
+static int send_open(struct tf_session *s, const tf_session_params_t *params,
+		     const uint8_t *mac, const uint8_t *blob, size_t blob_len,
+		     const uint8_t *ctl, size_t ctl_len)
+{
+	struct tf_wire_msg m;
+	size_t priv_len = 0;
+	int ret;
+
+	if (params && (params->field_mask & TF_SESSION_PARAM_PRIV))
+		priv_len = params->priv_len;
+	tf__wire_init(&m, TF_WIRE_OPEN);
+	if (mac)
+		tf__wire_put_bytes(&m, mac, TF_WIRE_MAC);
+	tf__wire_put_u32(&m, blob_len ? 0 : s->c->id);
+	tf__wire_put_u16(&m, (uint16_t)blob_len);
+	tf__wire_put_bytes(&m, blob, blob_len);
+	tf__wire_put_u16(&m, (uint16_t)priv_len);
+	if (priv_len)
+		tf__wire_put_bytes(&m, params->priv, priv_len);
+	if (ctl_len) {
+		tf__wire_put_u16(&m, (uint16_t)ctl_len);
+		tf__wire_put_bytes(&m, ctl, ctl_len);
+	}
+	ret = tf__wire_finish(&m);
+	if (ret)
+		return ret;
+	return tf__sess_ctl_send(s, &m, s->node->timeout_ms);
+}
+
+/* Open a session on a kept connection; on failure the connection is
+ * destroyed and the caller makes a new one, unless the server answered
+ * with a REJECT (*@refused_p): the server's application refused this
+ * session, and asking again on another connection would repeat it. */
+static int connect_reused(struct tf_node *node, struct tf_conn *c,
+			  const tf_session_params_t *params,
+			  struct tf_session **s_p, bool *refused_p)
+{
+	struct tf_session *s;
+	int ret;
+
+	*refused_p = false;
+	if (tf_qp_state(c->qp) != TF_QPS_RTS ||
+	    (c->ctl.ready && tf_qp_state(c->ctl.qp) != TF_QPS_RTS)) {
+		c->broken = true;
+		tf__conn_destroy(c);
+		return -TF_EQPERR;
+	}
+	ret = tf__sess_new(node, c, false, &s);
+	if (ret) {
+		tf__conn_destroy(c);
+		return ret;
+	}
+	s->reused = true;
+	s->qctl = c->ctl.ready;
+	ret = send_open(s, params, NULL, NULL, 0, NULL, 0);
+	if (!ret)
+		ret = client_accept(s, true);
+	if (ret) {
+		*refused_p = c->rx.have_hdr && c->rx.h.op == TF_WIRE_REJECT;
+		s->broken = true;
+		c->broken = true;
+		tf_session_close(s);
+		return ret;
+	}
+	STAT(node, qp_reused);
+	*s_p = s;
+	return 0;
+}
+
+static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
+		       socklen_t sl, const tf_session_params_t *params,
+		       bool no_reuse, struct tf_session **s_p)
+{
+	uint8_t blob[TF_QP_ADDR_MAX], mac[TF_WIRE_MAC], want[TF_WIRE_MAC];
+	uint8_t ctl[TF_QP_ADDR_MAX];
+	size_t blob_len = sizeof(blob), ctl_len = 0;
+	uint32_t sd = 256, rd = 256;
+	struct tf_wire_msg m;
+	struct tf_wire_challenge ch;
+	struct tf_session *s;
+	struct tf_conn *c;
+	const uint8_t *smac;
+	uint8_t auth;
+	int fd = -1, ret;
+
+	ret = connect_tcp(node, sa, sl, &fd);
+	if (ret) {
+		tf_log_warn(S, "cannot connect to the listener: %s",
+			    tf_strerror(ret));
+		return ret;
+	}
+	c = tf__conn_alloc(node, fd);
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	memcpy(&c->peer, sa, sl);
+	c->peer_len = sl;
+	c->hs = TF_CONN_BUSY;
+	ret = tf__random(c->nonce_c, TF_WIRE_NONCE);
+	if (ret)
+		goto err_conn;
+	tf__wire_init(&m, TF_WIRE_HELLO);
+	tf__wire_put_bytes(&m, c->nonce_c, TF_WIRE_NONCE);
+	ret = tf__wire_finish(&m);
+	if (!ret)
+		ret = tf__wire_send(fd, &m, node->timeout_ms);
+	if (!ret)
+		ret = tf__wire_recv(fd, &c->rx, node->timeout_ms);
+	if (ret < 0)
+		goto err_conn;
+	ret = server_refused(c);
+	if (ret)
+		goto err_conn;
+	ret = tf__wire_parse_challenge(&c->rx, &ch);
+	if (ret)
+		goto err_conn;
+	smac = ch.mac;
+	auth = smac != NULL;
+	memcpy(c->nonce_s, ch.nonce, TF_WIRE_NONCE);
+	/* The server must prove the key before it learns our QP address;
+	 * a server without a key cannot be trusted by a client with one. */
+	if (!!auth != !!node->psk_len) {
+		tf_log_warn(S, "handshake: %s",
+			    node->psk_len
+				    ? "server did not prove the pre-shared key"
+				    : "server requires a pre-shared key");
+		STAT(node, auth_failures);
+		ret = -TF_EAUTH;
+		goto err_conn;
+	}
+	if (auth) {
+		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-s",
+				   c->nonce_c, c->nonce_s, want);
+		if (ret)
+			goto err_conn;
+		if (!tf__wire_mac_equal(smac, want)) {
+			tf_log_warn(S, "handshake: server failed to prove the "
+				       "pre-shared key");
+			STAT(node, auth_failures);
+			ret = -TF_EAUTH;
+			goto err_conn;
+		}
+		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-c",
+				   c->nonce_s, c->nonce_c, mac);
+		if (ret)
+			goto err_conn;
+	}
+	if (params && (params->field_mask & TF_SESSION_PARAM_QP)) {
+		sd = params->max_send_wr;
+		rd = params->max_recv_wr;
+	}
+	ret = tf__conn_new_qp(node, c, sd, rd);
+	if (ret)
+		goto err_conn;
+	ret = tf_qp_get_addr(c->qp, blob, &blob_len);
+	if (ret)
+		goto err_conn;
+	/* A control QP for the sessions after this one, if the connection
+	 * may be kept; without one they use the socket. */
+	if (node->qp_cache && !no_reuse && !tf__ctl_create(node, c)) {
+		ctl_len = sizeof(ctl);
+		if (tf_qp_get_addr(c->ctl.qp, ctl, &ctl_len)) {
+			tf__ctl_destroy(c);
+			ctl_len = 0;
+		}
+	}
+	ret = tf__sess_new(node, c, false, &s);
+	if (ret)
+		goto err_conn;
+	ret = send_open(s, params, auth ? mac : NULL, blob, blob_len, ctl,
+			ctl_len);
+	if (!ret)
+		ret = client_accept(s, false);
+	if (ret) {
+		s->broken = true;
+		c->broken = true;
+		tf_session_close(s);
+		return ret;
+	}
+	*s_p = s;
+	return 0;
+
+err_conn:
+	c->broken = true;
+	tf__conn_destroy(c);
+	return ret;
+}
+
+int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
+		       const tf_session_params_t *params, tf_session_t **s_p)
+{
+	bool no_reuse = params &&
+			(params->field_mask & TF_SESSION_PARAM_FLAGS) &&
+			(params->flags & TF_SESSION_NO_REUSE);
+	struct sockaddr_storage sa;
+	struct tf_session *s;
+	struct tf_conn *c;
+	socklen_t sl;
+	int ret;
+
+	if (!node || !host || !s_p)
+		return -EINVAL;
+	if (params && (params->field_mask & TF_SESSION_PARAM_PRIV) &&
+	    (params->priv_len > TF_SESSION_MAX_PRIV ||
+	     (params->priv_len && !params->priv)))
+		return -EINVAL;
+	if (params && (params->field_mask & TF_SESSION_PARAM_QP) &&
+	    (!params->max_send_wr || !params->max_recv_wr))
+		return -EINVAL;
+	ret = tf__sess_resolve(host, port, &sa, &sl);
+	if (ret)
+		return ret;
+	memset((char *)&sa + sl, 0, sizeof(sa) - sl);
+	/* A kept connection that fails to open (the server dropped it) is
+	 * destroyed and the next one, or a new one, is tried. */
+	while (!no_reuse && (c = tf__node_take(node, &sa, sl)) != NULL) {
+		bool refused;
+
+		ret = connect_reused(node, c, params, &s, &refused);
+		if (!ret)
+			goto out;
+		if (refused) {
+			STAT(node, connect_failures);
+			return ret;
+		}
+		tf_log_debug(S, "kept connection failed: %s", tf_strerror(ret));
+	}
+	ret = connect_new(node, &sa, sl, params, no_reuse, &s);
+	if (ret) {
+		STAT(node, connect_failures);
+		return ret;
+	}
+out:
+	if (no_reuse)
+		s->c->no_keep = true;
+	s->opened = true;
+	STAT(node, sessions_opened);
+	*s_p = s;
+	return 0;
+}

@@ -1,0 +1,674 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * listener.c - the server side: a listening socket whose handshakes are
+ * served from one epoll set without blocking, and the kept connections
+ * waiting for their next session (wire format in wire_int.h).
+ *
+ * Each connection keeps its partial message in its tf_wire_rx and a
+ * deadline for its current step, so a peer that sends nothing (or a byte
+ * a second) is dropped when its deadline passes and never delays others.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "session_int.h"
+
+#define S TF_SESS_SUBSYS
+#define STAT(_n, _f) \
+	atomic_fetch_add_explicit(&(_n)->_f, 1, memory_order_relaxed)
+
+/*
+ * Listener epoll tags: NULL is the listening socket, EV_KICK the
+ * listener's eventfd, a connection pointer its socket, and a connection
+ * pointer with EV_CQ set its control CQ's fd (connections are allocated,
+ * so their low bits are free).
+ */
+#define EV_KICK ((uint64_t)2)
+#define EV_CQ	((uint64_t)1)
+
+int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
+		       tf_listener_t **l_p)
+{
+	uint64_t fm = params ? params->field_mask : 0;
+	const char *addr = (fm & TF_LISTENER_PARAM_ADDR) && params->addr
+				   ? params->addr
+				   : "127.0.0.1";
+	uint16_t port = (fm & TF_LISTENER_PARAM_PORT) ? params->port : 0;
+	int backlog = (fm & TF_LISTENER_PARAM_BACKLOG) ? params->backlog : 128;
+	uint32_t flags = (fm & TF_LISTENER_PARAM_FLAGS) ? params->flags : 0;
+	struct epoll_event ev = {.events = EPOLLIN};
+	struct sockaddr_storage sa;
+	socklen_t sl;
+	struct tf_listener *l;
+	int one = 1, ret;
+
+	if (!node || !l_p || backlog <= 0 || (flags & ~TF_LISTENER_BUSY_POLL))
+		return -EINVAL;
+	ret = tf__sess_resolve(addr, port, &sa, &sl);
+	if (ret)
+		return ret;
+	l = tf__calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->node = node;
+	l->busy_poll = flags & TF_LISTENER_BUSY_POLL;
+	tf__conn_list_init(&l->conns);
+	l->lfd = socket(sa.ss_family,
+			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->lfd < 0) {
+		ret = -errno;
+		tf_log_error(S, "socket: %m");
+		goto err_free;
+	}
+	setsockopt(l->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(l->lfd, (struct sockaddr *)&sa, sl) ||
+	    listen(l->lfd, backlog)) {
+		ret = -errno;
+		tf_log_error(S, "cannot listen on %s port %u: %m", addr, port);
+		goto err_close;
+	}
+	sl = sizeof(sa);
+	getsockname(l->lfd, (struct sockaddr *)&sa, &sl);
+	l->port = ntohs(sa.ss_family == AF_INET6
+				? ((struct sockaddr_in6 *)&sa)->sin6_port
+				: ((struct sockaddr_in *)&sa)->sin_port);
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->epfd < 0) {
+		ret = -errno;
+		tf_log_error(S, "epoll_create1: %m");
+		goto err_close;
+	}
+	ev.data.ptr = NULL;
+	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->lfd, &ev)) {
+		ret = -errno;
+		tf_log_error(S, "epoll_ctl: %m");
+		goto err_ep;
+	}
+	l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ev.data.u64 = EV_KICK;
+	if (l->efd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->efd, &ev)) {
+		ret = -errno;
+		tf_log_error(S, "listener eventfd: %m");
+		goto err_efd;
+	}
+	atomic_fetch_add(&node->n_listeners, 1);
+	*l_p = l;
+	return 0;
+
+err_efd:
+	if (l->efd >= 0)
+		close(l->efd);
+err_ep:
+	close(l->epfd);
+err_close:
+	close(l->lfd);
+err_free:
+	tf__free(l);
+	return ret;
+}
+
+/* Close the handshaking and idle connections (sessions own the others). */
+static void listener_close_conns(struct tf_listener *l)
+{
+	struct tf_conn *c;
+
+	while ((c = l->conns.next) != &l->conns) {
+		tf__conn_unlink(c);
+		tf__conn_destroy(c);
+	}
+	l->n_idle = l->n_pending = 0;
+}
+
+static void listener_free(struct tf_listener *l)
+{
+	listener_close_conns(l);
+	close(l->efd);
+	close(l->epfd);
+	tf__free(l);
+}
+
+void tf_listener_destroy(tf_listener_t *l)
+{
+	if (!l)
+		return;
+	atomic_fetch_sub(&l->node->n_listeners, 1);
+	close(l->lfd);
+	l->lfd = -1;
+	l->dead = true;
+	/* The kept connections close now, also while sessions are still
+	 * open (their connections are not in the list, and are destroyed
+	 * at their close): a client must not send its next OPEN to a
+	 * listener that will never read it. */
+	listener_close_conns(l);
+	if (!l->refs)
+		listener_free(l);
+}
+
+void tf__listener_put(struct tf_listener *l)
+{
+	if (--l->refs == 0 && l->dead)
+		listener_free(l);
+}
+
+uint16_t tf_listener_port(const tf_listener_t *l)
+{
+	return l->port;
+}
+
+int tf_listener_fd(const tf_listener_t *l)
+{
+	return l->epfd;
+}
+
+/* Watch @c on the listener for the next OPEN (server side, idle). */
+static void listener_unwatch(struct tf_listener *l, struct tf_conn *c);
+
+void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+	struct tf_conn *old;
+
+	/* A busy-polling listener does not watch the socket of a kept
+	 * connection with a control QP: the next OPEN comes on the QP, and
+	 * the socket's end is looked for every TF_LISTENER_SOCKCHECK_NS
+	 * (tf_listener_accept).  Adding it to the epoll set and removing it
+	 * again cost more than the rest of the session's accept. */
+	c->sock_watched = !(l->busy_poll && c->ctl.ready);
+	if (l->dead || !l->node->qp_cache || c->broken ||
+	    (c->sock_watched &&
+	     epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev))) {
+		tf__conn_destroy(c);
+		return;
+	}
+	c->hs = TF_CONN_IDLE;
+	c->deadline_ns = 0;
+	tf__wire_rx_reset(&c->rx);
+	/* The next OPEN comes on the control QP: its CQ's fd joins the
+	 * socket in the epoll set, armed, so that the listener fd becomes
+	 * readable when it arrives.  An OPEN that came before the arm is
+	 * found by the arm's second look, and announced by the kick.  A
+	 * busy-polling listener polls the control QP instead. */
+	c->ctl_watched = c->ctl_armed = false;
+	if (c->ctl.ready && !l->busy_poll) {
+		int cfd = tf_cq_fd(c->ctl.cq);
+
+		ev.data.u64 = (uint64_t)(uintptr_t)c | EV_CQ;
+		if (cfd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, cfd, &ev)) {
+			/* The listener fd could not report its next OPEN. */
+			tf_log_warn(S, "cannot watch a control QP: %m");
+			if (c->sock_watched)
+				epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+			tf__conn_destroy(c);
+			return;
+		}
+		c->ctl_watched = true;
+		if (cfd >= 0 && !tf__ctl_arm(c))
+			c->ctl_armed = true;
+		if (c->ctl.n_backlog) {
+			uint64_t one = 1;
+
+			if (write(l->efd, &one, sizeof(one)) < 0)
+				tf_log_debug(S, "listener kick: %m");
+		}
+	}
+	tf__conn_link(&l->conns, c);
+	if (++l->n_idle > l->node->qp_cache) {
+		/* The oldest idle connection goes; the list also holds
+		 * handshaking ones, which are skipped. */
+		for (old = l->conns.prev; old != &l->conns; old = old->prev)
+			if (old->hs == TF_CONN_IDLE)
+				break;
+		/* Out of the epoll set first: closing its fds does not
+		 * remove them while a forked child still holds them, and an
+		 * event would then name freed memory. */
+		listener_unwatch(l, old);
+		tf__conn_unlink(old);
+		l->n_idle--;
+		tf__conn_destroy(old);
+	}
+}
+
+/* Take @c's fds out of the listener's epoll set. */
+static void listener_unwatch(struct tf_listener *l, struct tf_conn *c)
+{
+	if (c->sock_watched)
+		epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	c->sock_watched = false;
+	if (c->ctl_watched)
+		epoll_ctl(l->epfd, EPOLL_CTL_DEL, tf_cq_fd(c->ctl.cq), NULL);
+	c->ctl_watched = c->ctl_armed = false;
+}
+
+/* Drop a handshaking or idle connection of the listener. */
+static void listener_drop(struct tf_listener *l, struct tf_conn *c)
+{
+	listener_unwatch(l, c);
+	if (c->hs == TF_CONN_IDLE)
+		l->n_idle--;
+	else
+		l->n_pending--;
+	tf__conn_unlink(c);
+	tf__conn_destroy(c);
+}
+
+/* Tell a peer why it was refused (best effort: it may be gone). */
+static void send_reject(struct tf_conn *c, int err)
+{
+	struct tf_wire_msg m;
+
+	tf__wire_init(&m, TF_WIRE_REJECT);
+	tf__wire_put_u32(&m, (uint32_t)(err < 0 ? -err : err));
+	if (tf__wire_finish(&m))
+		return;
+	/* A kept connection's client waits for the answer on the control
+	 * QP, where its OPEN went. */
+	if (c->hs == TF_CONN_IDLE && c->ctl.ready) {
+		/* The connection is destroyed next: let the SEND leave
+		 * first, or the client would only see the connection end. */
+		if (!tf__ctl_send(c, &m, 100))
+			tf__ctl_flush(c, 100);
+	} else {
+		tf__wire_send(c->fd, &m, 100);
+	}
+}
+
+static int server_hello(struct tf_listener *l, struct tf_conn *c)
+{
+	struct tf_node *node = l->node;
+	struct tf_wire_hello hello;
+	struct tf_wire_msg m;
+	uint8_t mac[TF_WIRE_MAC];
+	int ret;
+
+	ret = tf__wire_parse_hello(&c->rx, &hello);
+	if (ret)
+		return ret;
+	memcpy(c->nonce_c, hello.nonce, TF_WIRE_NONCE);
+	ret = tf__random(c->nonce_s, TF_WIRE_NONCE);
+	if (ret)
+		return ret;
+	tf__wire_init(&m, TF_WIRE_CHALLENGE);
+	tf__wire_put_bytes(&m, c->nonce_s, TF_WIRE_NONCE);
+	tf__wire_put_u8(&m, node->psk_len ? 1 : 0);
+	if (node->psk_len) {
+		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-s",
+				   c->nonce_c, c->nonce_s, mac);
+		if (ret)
+			return ret;
+		tf__wire_put_bytes(&m, mac, TF_WIRE_MAC);
+	}
+	ret = tf__wire_finish(&m);
+	if (!ret)
+		ret = tf__wire_send(c->fd, &m, node->timeout_ms);
+	c->hs = TF_CONN_WAIT_OPEN;
+	c->deadline_ns = tf__now_ns() + (uint64_t)node->timeout_ms * 1000000;
+	return ret;
+}
+
+/* Serve an OPEN on @c; on success *@s_p is the new session. */
+static int server_open(struct tf_listener *l, struct tf_conn *c,
+		       const tf_session_params_t *params,
+		       struct tf_session **s_p)
+{
+	struct tf_node *node = l->node;
+	struct tf_wire_open req;
+	uint8_t want[TF_WIRE_MAC];
+	struct tf_session *s;
+	bool idle = c->hs == TF_CONN_IDLE;
+	int ret;
+
+	/* A kept connection proved the key when it was made. */
+	ret = tf__wire_parse_open(&c->rx, node->psk_len && !idle, &req);
+	if (ret)
+		return ret;
+	/* A kept connection's control QP was set up with its first
+	 * session. */
+	if (idle && req.ctl_len) {
+		tf_log_warn(S, "handshake: OPEN on a kept connection names a "
+			       "control QP");
+		return -TF_EWIRE;
+	}
+	if (req.mac) {
+		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-c",
+				   c->nonce_s, c->nonce_c, want);
+		if (ret)
+			return ret;
+		if (!tf__wire_mac_equal(req.mac, want)) {
+			tf_log_warn(S, "handshake: peer failed to prove the "
+				       "pre-shared key");
+			STAT(node, auth_failures);
+			return -TF_EAUTH;
+		}
+	}
+	if (idle) {
+		if (req.reuse_id != c->id || req.blob_len) {
+			tf_log_warn(S,
+				    "handshake: OPEN on kept connection %u "
+				    "names %u with a %u-byte blob",
+				    c->id, req.reuse_id, req.blob_len);
+			return -TF_EWIRE;
+		}
+		/* A QP that failed while idle is not reused. */
+		if (tf_qp_state(c->qp) != TF_QPS_RTS ||
+		    (c->ctl.ready && tf_qp_state(c->ctl.qp) != TF_QPS_RTS)) {
+			c->broken = true;
+			return -TF_EQPERR;
+		}
+	} else {
+		uint32_t sd = 256, rd = 256;
+
+		if (req.reuse_id || !req.blob_len) {
+			tf_log_warn(S,
+				    "handshake: first OPEN names "
+				    "connection %u with a %u-byte blob",
+				    req.reuse_id, req.blob_len);
+			return -TF_EWIRE;
+		}
+		if (params && (params->field_mask & TF_SESSION_PARAM_QP)) {
+			sd = params->max_send_wr;
+			rd = params->max_recv_wr;
+		}
+		ret = tf__conn_new_qp(node, c, sd, rd);
+		if (ret)
+			return ret;
+		ret = tf_qp_connect(c->qp, req.blob, req.blob_len);
+		if (ret) {
+			tf_log_warn(S, "handshake: peer QP address refused: %s",
+				    tf_strerror(ret));
+			return ret;
+		}
+		/* Without a control QP the connection still works: its later
+		 * sessions send their control messages on the socket. */
+		if (req.ctl_len && node->qp_cache && !tf__ctl_create(node, c) &&
+		    tf__ctl_connect(c, req.ctl, req.ctl_len))
+			tf__ctl_destroy(c);
+		c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
+	}
+	ret = tf__sess_new(node, c, true, &s);
+	if (ret)
+		return ret;
+	s->reused = idle;
+	s->qctl = idle && c->ctl.ready;
+	if (idle)
+		STAT(node, qp_reused);
+	memcpy(s->priv, req.priv, req.priv_len);
+	s->priv_len = req.priv_len;
+	s->deferred = true;
+	*s_p = s;
+	return 0;
+}
+
+/*
+ * Serve a listener connection: a readable socket, or (@from_ctl) the
+ * message tf__ctl_next() put into c->rx, or its error @ret.  Returns 1
+ * with *@s_p set when a session opened.
+ */
+static int serve_conn(struct tf_listener *l, struct tf_conn *c,
+		      const tf_session_params_t *params, bool from_ctl, int ret,
+		      struct tf_session **s_p)
+{
+	struct tf_session *s;
+
+	if (!from_ctl) {
+		/* A kept connection with a control QP has nothing to say
+		 * on its socket but its end. */
+		if (c->hs == TF_CONN_IDLE && c->ctl.ready)
+			ret = tf__ctl_tcp_check(c);
+		else
+			ret = tf__wire_rx_step(c->fd, &c->rx);
+	}
+	if (ret == 0)
+		return 0;
+	if (ret < 0)
+		goto err;
+	if (c->hs == TF_CONN_WAIT_HELLO) {
+		ret = server_hello(l, c);
+		tf__wire_rx_reset(&c->rx);
+		if (ret)
+			goto err;
+		return 0;
+	}
+	ret = server_open(l, c, params, &s);
+	tf__wire_rx_reset(&c->rx);
+	if (ret)
+		goto err;
+	/* The session owns the connection from now on. */
+	listener_unwatch(l, c);
+	if (c->hs == TF_CONN_IDLE)
+		l->n_idle--;
+	else
+		l->n_pending--;
+	tf__conn_unlink(c);
+	c->hs = TF_CONN_BUSY;
+	c->l = l;
+	l->refs++;
+	if (!(params && (params->field_mask & TF_SESSION_PARAM_FLAGS) &&
+	      (params->flags & TF_SESSION_DEFER_ESTABLISH))) {
+		ret = tf_session_establish(s);
+		if (ret) {
+			tf_session_close(s);
+			return 0;
+		}
+	}
+	s->opened = true;
+	STAT(l->node, sessions_opened);
+	*s_p = s;
+	return 1;
+err:
+	/* An idle connection the client closed is the normal end of a
+	 * kept connection, not a rejected handshake. */
+	if (!(c->hs == TF_CONN_IDLE && ret == -ECONNRESET &&
+	      (from_ctl || !c->rx.got)) &&
+	    /* ... nor is its control QP failing when the client exited. */
+	    !(c->hs == TF_CONN_IDLE && from_ctl && ret == -TF_EQPERR)) {
+		if (ret != -TF_EAUTH)
+			STAT(l->node, handshake_rejects);
+		if (ret != -ECONNRESET)
+			send_reject(c, ret);
+	}
+	listener_drop(l, c);
+	return 0;
+}
+
+/* A busy-polling listener's kept connections whose sockets are not in
+ * the epoll set: the end of any of them (or bytes, a protocol error) is
+ * served as an event.  Returns what serve_conn does (never 1 here: an
+ * error drops the connection). */
+static int check_sockets(struct tf_listener *l,
+			 const tf_session_params_t *params,
+			 struct tf_session **s_p)
+{
+	/* Oldest first, as in scan_ctl. */
+	for (struct tf_conn *c = l->conns.prev; c != &l->conns; c = c->prev) {
+		int r;
+
+		if (c->hs != TF_CONN_IDLE || c->sock_watched)
+			continue;
+		r = tf__ctl_tcp_check(c);
+		if (!r)
+			continue;
+		if (serve_conn(l, c, params, true, r, s_p) == 1)
+			return 1;
+		/* The list changed: the others are looked at next time. */
+		break;
+	}
+	return 0;
+}
+
+/* Poll the control QPs of the kept connections for their next OPEN:
+ * 1 with *@s_p set when a session opened.  Oldest first: a connection
+ * goes back to the head of the list when its session closes, so walking
+ * from the head would let busy clients starve the one at the tail. */
+static int scan_ctl(struct tf_listener *l, const tf_session_params_t *params,
+		    struct tf_session **s_p)
+{
+	for (struct tf_conn *c = l->conns.prev; c != &l->conns; c = c->prev) {
+		int r;
+
+		if (c->hs != TF_CONN_IDLE || !c->ctl.ready)
+			continue;
+		r = tf__ctl_next(c, &c->rx);
+		if (!r)
+			continue;
+		if (serve_conn(l, c, params, true, r < 0 ? r : 1, s_p) == 1)
+			return 1;
+		/* The list may have changed: look again next turn. */
+		break;
+	}
+	return 0;
+}
+
+int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
+		       int timeout_ms, tf_session_t **s_p)
+{
+	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+	struct epoll_event evs[16];
+
+	if (!l || !s_p || l->dead)
+		return -EINVAL;
+	for (;;) {
+		uint64_t now = tf__now_ns();
+		struct tf_conn *c, *nx;
+		int n, wait_ms = 10;
+
+		/* Handshakes that missed their deadline are dropped. */
+		for (c = l->conns.next; c != &l->conns; c = nx) {
+			nx = c->next;
+			if (c->deadline_ns && now > c->deadline_ns) {
+				tf_log_warn(S, "handshake: peer timed out");
+				STAT(l->node, handshake_rejects);
+				listener_drop(l, c);
+			}
+		}
+		/* A busy-polling listener looks at the control QPs first:
+		 * no system call when the next OPEN is there.  The sockets
+		 * are still looked at every TF_LISTENER_EPOLL_NS, so that
+		 * OPENs arriving back to back cannot starve handshakes and
+		 * the end of idle connections. */
+		if (l->busy_poll && now - l->epoll_ns < TF_LISTENER_EPOLL_NS) {
+			if (scan_ctl(l, params, s_p))
+				return 0;
+			if (timeout_ms >= 0 && now >= deadline)
+				return -EAGAIN;
+			continue;
+		}
+		l->epoll_ns = now;
+		if (l->busy_poll &&
+		    now - l->sockcheck_ns >= TF_LISTENER_SOCKCHECK_NS) {
+			l->sockcheck_ns = now;
+			if (check_sockets(l, params, s_p))
+				return 0;
+		}
+		/* Kept connections whose next OPEN comes on the control QP
+		 * are armed for the fd when they are not (an event consumed
+		 * the arm); an OPEN found by the arm's second look means
+		 * no sleeping.  A busy-polling listener never sleeps. */
+		if (l->busy_poll)
+			wait_ms = 0;
+		for (c = l->conns.next; c != &l->conns; c = c->next) {
+			if (c->hs != TF_CONN_IDLE || !c->ctl.ready)
+				continue;
+			if (!c->ctl_armed && c->ctl_watched)
+				c->ctl_armed = !tf__ctl_arm(c);
+			if (c->ctl.n_backlog)
+				wait_ms = 0;
+		}
+		if (timeout_ms >= 0 && now >= deadline)
+			wait_ms = 0;
+		else if (wait_ms && timeout_ms >= 0 &&
+			 (deadline - now) / 1000000 < (uint64_t)wait_ms)
+			wait_ms = (int)((deadline - now) / 1000000);
+		/* Sessions already accepted may need this side to serve
+		 * their peers' one-sided operations while we wait. */
+		tf_context_progress(l->node->ctx);
+		n = epoll_wait(l->epfd, evs, 16, wait_ms);
+		if (n < 0 && errno != EINTR)
+			return -errno;
+		for (int i = 0; i < n; i++) {
+			uint64_t tag = evs[i].data.u64;
+
+			if (tag == EV_KICK) {
+				uint64_t v;
+
+				if (read(l->efd, &v, sizeof(v)) < 0 &&
+				    errno != EAGAIN)
+					tf_log_debug(S, "listener kick: %m");
+				continue;
+			}
+			if (tag & EV_CQ) {
+				/* The arm was consumed: re-arm next turn,
+				 * which polls the CQ too. */
+				c = (struct tf_conn *)(uintptr_t)(tag & ~EV_CQ);
+				c->ctl_armed = false;
+				continue;
+			}
+			c = evs[i].data.ptr;
+			if (!c) {
+				int fd;
+
+				while ((fd = accept4(l->lfd, NULL, NULL,
+						     SOCK_NONBLOCK |
+							     SOCK_CLOEXEC)) >=
+				       0) {
+					struct epoll_event ev = {
+						.events = EPOLLIN};
+
+					/* Bounded: a flood of connections
+					 * that never finish their handshake
+					 * cannot exhaust memory. */
+					if (l->n_pending >=
+					    TF_LISTENER_MAX_PENDING) {
+						STAT(l->node,
+						     handshake_rejects);
+						close(fd);
+						continue;
+					}
+					c = tf__conn_alloc(l->node, fd);
+					if (!c) {
+						close(fd);
+						continue;
+					}
+					tf__conn_sock_opts(fd);
+					c->hs = TF_CONN_WAIT_HELLO;
+					c->deadline_ns =
+						tf__now_ns() +
+						(uint64_t)l->node->timeout_ms *
+							1000000;
+					ev.data.ptr = c;
+					if (epoll_ctl(l->epfd, EPOLL_CTL_ADD,
+						      fd, &ev)) {
+						tf__conn_destroy(c);
+						continue;
+					}
+					c->sock_watched = true;
+					tf__conn_link(&l->conns, c);
+					l->n_pending++;
+				}
+				continue;
+			}
+			if (serve_conn(l, c, params, false, 0, s_p) == 1)
+				return 0;
+			/* serve_conn may have freed a connection that a
+			 * later event names: stop and poll again. */
+			break;
+		}
+		/* Then the control QPs of kept connections (after the
+		 * sockets, so that the end of a connection its client gave
+		 * up is seen even while OPENs keep arriving on others). */
+		if (scan_ctl(l, params, s_p))
+			return 0;
+		if (timeout_ms >= 0 && tf__now_ns() >= deadline)
+			return -EAGAIN;
+	}
+}

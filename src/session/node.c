@@ -1,0 +1,317 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * node.c - a node: one process's session machinery on a context (PD,
+ * pool, registration cache, pre-shared key, settings and counters).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "session_int.h"
+
+#define S TF_SESS_SUBSYS
+#define STAT(_n, _f) \
+	atomic_fetch_add_explicit(&(_n)->_f, 1, memory_order_relaxed)
+
+static void psk_from_config(struct tf_node *node, const struct tf_config *cfg,
+			    int *err)
+{
+	*err = 0;
+	if (cfg->session_psk_file[0]) {
+		int fd = open(cfg->session_psk_file, O_RDONLY | O_CLOEXEC);
+		ssize_t n;
+		uint8_t extra;
+
+		if (fd < 0) {
+			tf_log_error(S, "cannot open key file %s: %m",
+				     cfg->session_psk_file);
+			*err = -EINVAL;
+			return;
+		}
+		n = read(fd, node->psk, sizeof(node->psk));
+		if (n > 0 && n == (ssize_t)sizeof(node->psk) &&
+		    read(fd, &extra, 1) > 0)
+			n = -1;
+		close(fd);
+		if (n <= 0) {
+			tf_log_error(S,
+				     "key file %s is empty, unreadable or "
+				     "longer than %d bytes",
+				     cfg->session_psk_file, TF_SESS_PSK_MAX);
+			*err = -EINVAL;
+			return;
+		}
+		node->psk_len = (size_t)n;
+	} else if (cfg->session_psk[0]) {
+		node->psk_len = strlen(cfg->session_psk);
+		memcpy(node->psk, cfg->session_psk, node->psk_len);
+	}
+}
+
+static int parse_reg_mode(const char *s)
+{
+	if (!strcmp(s, "auto"))
+		return TF_REG_AUTO;
+	if (!strcmp(s, "pool"))
+		return TF_REG_POOL;
+	if (!strcmp(s, "cache"))
+		return TF_REG_CACHE;
+	if (!strcmp(s, "direct"))
+		return TF_REG_DIRECT;
+	return -EINVAL;
+}
+
+/*
+ * Measure what a registration costs against copying, on this context and
+ * machine: the bytes memcpy moves in the time of one registration of a
+ * 64 KiB buffer.  Below that size a copy into a pre-registered slice is
+ * cheaper than a cache miss.  The minimum of a few runs discards noise
+ * from other processes.
+ */
+static size_t measure_crossover(struct tf_node *node, size_t max_slice)
+{
+	const size_t len = 65536;
+	uint64_t best_reg = UINT64_MAX, best_copy = UINT64_MAX;
+	uint8_t *a = tf__malloc(len), *b = tf__malloc(len);
+	size_t x = 4096;
+
+	if (!a || !b)
+		goto out;
+	memset(a, 1, len);
+	memset(b, 2, len);
+	for (int i = 0; i < 5; i++) {
+		uint64_t t0 = tf__now_ns(), t1, t2;
+		tf_mr_t *mr;
+
+		if (tf_mr_reg(node->pd, a, len, TF_ACCESS_LOCAL_WRITE, &mr))
+			goto out;
+		tf_mr_dereg(mr);
+		t1 = tf__now_ns();
+		memcpy(b, a, len);
+		/* Keep the copy from being optimised away. */
+		__asm__ volatile("" : : "r"(b) : "memory");
+		t2 = tf__now_ns();
+		if (t1 - t0 < best_reg)
+			best_reg = t1 - t0;
+		if (t2 - t1 < best_copy)
+			best_copy = t2 - t1;
+	}
+	if (!best_copy)
+		best_copy = 1;
+	x = (size_t)((double)best_reg * (double)len / (double)best_copy);
+out:
+	tf__free(a);
+	tf__free(b);
+	if (x < 4096)
+		x = 4096;
+	if (x > max_slice)
+		x = max_slice;
+	return x;
+}
+
+int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
+		   tf_node_t **node_p)
+{
+	const struct tf_config *cfg;
+	struct tf_node *node;
+	tf_caps_t caps;
+	size_t max_slice;
+	uint64_t fm = params ? params->field_mask : 0;
+	int ret;
+
+	if (!ctx || !node_p)
+		return -EINVAL;
+	cfg = &ctx->cfg;
+	node = tf__calloc(1, sizeof(*node));
+	if (!node)
+		return -ENOMEM;
+	node->ctx = ctx;
+	tf__conn_list_init(&node->idle);
+	pthread_mutex_init(&node->lock, NULL);
+	atomic_init(&node->next_conn_id, tf__random_u32() & 0xffffff);
+
+	if (fm & TF_NODE_PARAM_PSK) {
+		if (params->psk_len > TF_SESS_PSK_MAX ||
+		    (params->psk_len && !params->psk)) {
+			tf_log_error(S, "pre-shared key of %zu bytes (max %d)",
+				     params->psk_len, TF_SESS_PSK_MAX);
+			ret = -EINVAL;
+			goto err_free;
+		}
+		node->psk_len = params->psk_len;
+		if (params->psk_len)
+			memcpy(node->psk, params->psk, params->psk_len);
+	} else {
+		psk_from_config(node, cfg, &ret);
+		if (ret)
+			goto err_free;
+	}
+	if (fm & TF_NODE_PARAM_REG_MODE)
+		node->reg_mode = params->reg_mode;
+	else
+		node->reg_mode = parse_reg_mode(cfg->reg_mode);
+	if (node->reg_mode < TF_REG_AUTO || node->reg_mode > TF_REG_DIRECT) {
+		tf_log_error(S,
+			     "bad registration mode %d (TOLLFREE_REG_MODE=%s)",
+			     node->reg_mode, cfg->reg_mode);
+		ret = -EINVAL;
+		goto err_free;
+	}
+	node->qp_cache = (fm & TF_NODE_PARAM_QP_CACHE)
+				 ? params->qp_cache
+				 : (unsigned)cfg->session_qp_cache;
+	node->timeout_ms = (fm & TF_NODE_PARAM_TIMEOUT)
+				   ? params->timeout_ms
+				   : (int)cfg->session_timeout_ms;
+	if (node->timeout_ms <= 0) {
+		tf_log_error(S, "session timeout must be positive");
+		ret = -EINVAL;
+		goto err_free;
+	}
+	ret = tf_context_query_caps(ctx, &caps);
+	if (ret)
+		goto err_free;
+	node->use_mw = (fm & TF_NODE_PARAM_USE_MW) ? params->use_mw != 0
+						   : cfg->session_mw;
+	if (node->use_mw && !(caps.flags & TF_CAP_MW_TYPE2)) {
+		tf_log_info(S,
+			    "provider %s has no type-2 memory windows: "
+			    "each exposure gets its own registration",
+			    caps.provider);
+		node->use_mw = false;
+	}
+
+	ret = tf_pd_create(ctx, &node->pd);
+	if (ret)
+		goto err_free;
+	ret = tf_pool_create(node->pd,
+			     (fm & TF_NODE_PARAM_POOL) ? params->pool : NULL,
+			     &node->pool);
+	if (ret)
+		goto err_pd;
+	ret = tf_rcache_create(node->pd, NULL, &node->rc);
+	if (ret)
+		goto err_pool;
+	max_slice = cfg->pool_max_slice;
+	if ((fm & TF_NODE_PARAM_POOL) && params->pool &&
+	    (params->pool->field_mask & TF_POOL_PARAM_MAX_SIZE))
+		max_slice = params->pool->max_size;
+	if ((fm & TF_NODE_PARAM_CROSSOVER) && params->crossover)
+		node->crossover = params->crossover;
+	else if (cfg->reg_crossover)
+		node->crossover = cfg->reg_crossover;
+	else
+		node->crossover = measure_crossover(node, max_slice);
+	if (node->crossover > max_slice)
+		node->crossover = max_slice;
+	tf_log_debug(S, "node: reg mode %d, crossover %zu, %s, auth %s",
+		     node->reg_mode, node->crossover,
+		     node->use_mw ? "windows" : "dedicated MRs",
+		     node->psk_len ? "on" : "off");
+	tf__sess_stats_register(node);
+	*node_p = node;
+	return 0;
+
+err_pool:
+	tf_pool_destroy(node->pool);
+err_pd:
+	tf_pd_destroy(node->pd);
+err_free:
+	pthread_mutex_destroy(&node->lock);
+	tf__free(node);
+	return ret;
+}
+
+void tf_node_destroy(tf_node_t *node)
+{
+	struct tf_conn *c;
+
+	if (!node)
+		return;
+	if (atomic_load(&node->n_sessions) || atomic_load(&node->n_listeners))
+		tf_log_warn(S,
+			    "node destroyed with %ld sessions and %ld "
+			    "listeners open",
+			    atomic_load(&node->n_sessions),
+			    atomic_load(&node->n_listeners));
+	/* Unlisted first: a concurrent publisher must not read a node that
+	 * is being torn down. */
+	tf__sess_stats_unregister(node);
+	while ((c = node->idle.next) != &node->idle) {
+		tf__conn_unlink(c);
+		tf__conn_destroy(c);
+	}
+	for (unsigned i = 0; i < node->n_mw_free; i++)
+		tf_mw_dealloc(node->mw_free[i]);
+	tf_rcache_destroy(node->rc);
+	tf_pool_destroy(node->pool);
+	if (tf_pd_destroy(node->pd))
+		tf_log_warn(S, "node PD still in use at destroy");
+	pthread_mutex_destroy(&node->lock);
+	tf__free(node);
+}
+
+tf_pd_t *tf_node_pd(tf_node_t *node)
+{
+	return node->pd;
+}
+
+tf_pool_t *tf_node_pool(tf_node_t *node)
+{
+	return node->pool;
+}
+
+tf_rcache_t *tf_node_rcache(tf_node_t *node)
+{
+	return node->rc;
+}
+
+#define LD(_f) atomic_load_explicit(&node->_f, memory_order_relaxed)
+
+int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
+{
+	long long live;
+
+	if (!node || !st)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	st->sessions_opened = LD(sessions_opened);
+	st->sessions_closed = LD(sessions_closed);
+	st->sessions_live = (uint64_t)atomic_load(&node->n_sessions);
+	st->connect_failures = LD(connect_failures);
+	st->auth_failures = LD(auth_failures);
+	st->handshake_rejects = LD(handshake_rejects);
+	st->qp_new = LD(qp_new);
+	st->qp_reused = LD(qp_reused);
+	st->qp_destroyed = LD(qp_destroyed);
+	st->qp_broken = LD(qp_broken);
+	pthread_mutex_lock(&node->lock);
+	st->qp_idle = node->n_idle;
+	pthread_mutex_unlock(&node->lock);
+	st->windows_bound = LD(windows_bound);
+	st->windows_revoked = LD(windows_revoked);
+	live = LD(windows_live);
+	st->windows_live = live > 0 ? (uint64_t)live : 0;
+	st->expose_mr_fallback = LD(expose_mr_fallback);
+	st->revoke_ns = LD(revoke_ns);
+	st->attach_pool = LD(attach_pool);
+	st->attach_cache = LD(attach_cache);
+	st->attach_direct = LD(attach_direct);
+	st->copy_bytes = LD(copy_bytes);
+	st->slices_rented = LD(slices_rented);
+	st->crossover = node->crossover;
+	st->reg_mode = node->reg_mode;
+	st->use_mw = node->use_mw;
+	st->auth = node->psk_len != 0;
+	return 0;
+}

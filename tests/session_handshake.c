@@ -4,7 +4,8 @@
  * Side B runs a listener with a pre-shared key and a 300 ms handshake
  * timeout; side A, with raw sockets, sends: garbage, a wrong version, an
  * oversized body, a truncated header, a truncated body, a short HELLO, an
- * OPEN with a forged key proof; and connects with a wrong key, with no
+ * unsealed OPEN and a forged sealed OPEN after the key challenge, a
+ * keyless HELLO carrying a QP; and connects with a wrong key, with no
  * key, and with a silent socket held open.  Every bad peer gets a REJECT
  * with the precise error (or is dropped at its deadline), never a QP
  * address or a key; a good session opens in between each time, also while
@@ -163,26 +164,60 @@ static void client(struct tf_pair *p)
 	expect_reject(fd, 0);
 	expect_reject(silent, 0);
 
-	/* Forged key proof: a raw client that skips verification and sends
-	 * an OPEN with a zero MAC and a QP blob. */
+	/* A raw client that skips the key: after the CHALLENGE it sends an
+	 * unsealed OPEN with a QP blob, then (another connection) an OPEN
+	 * flagged sealed whose bytes are not a seal under the connection's
+	 * keys.  Both get a refusal for authentication, and nothing else
+	 * (no ACCEPT: no QP address, no key). */
+	for (int sealed = 0; sealed < 2; sealed++) {
+		fd = raw_connect();
+		tf__wire_init(&m, TF_WIRE_HELLO);
+		tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+		tf__wire_put_u8(&m, TF_WIRE_HELLO_AUTH);
+		CHECK_OK(tf__wire_finish(&m));
+		CHECK_OK(tf__wire_send(fd, &m, 1000));
+		CHECK(tf__wire_recv(fd, &rx, 4 * tf_test_timeout_ms()) == 1);
+		CHECK(rx.h.op == TF_WIRE_CHALLENGE &&
+		      rx.h.size == TF_WIRE_NONCE + TF_WIRE_MAC);
+		tf__wire_rx_reset(&rx);
+		tf__wire_init(&m, TF_WIRE_OPEN);
+		memset(b, 0, sizeof(b));
+		tf__wire_put_u32(&m, 0);
+		tf__wire_put_u16(&m, 16);
+		tf__wire_put_bytes(&m, b, 16);
+		tf__wire_put_u16(&m, 0);
+		tf__wire_put_u16(&m, 0);
+		if (sealed)
+			tf__wire_put_bytes(&m, b, TF_WIRE_TAG);
+		CHECK_OK(tf__wire_finish(&m));
+		if (sealed)
+			tf__wire_set_sealed(&m, m.len - TF_WIRE_HDR_SIZE);
+		CHECK_OK(tf__wire_send(fd, &m, 1000));
+		/* The refusal is sealed: its op and code are not readable
+		 * without the keys; that it comes and then EOF is. */
+		CHECK(tf__wire_recv(fd, &rx, 4 * tf_test_timeout_ms()) == 1);
+		CHECK(rx.h.op == TF_WIRE_REJECT &&
+		      (rx.h.flags & TF_WIRE_F_SEALED));
+		tf__wire_rx_reset(&rx);
+		CHECK(tf__wire_recv(fd, &rx, tf_test_timeout_ms()) ==
+		      -ECONNRESET);
+		close(fd);
+		good(node, sealed ? "forged seal" : "unsealed open");
+	}
+	/* A HELLO without the key flag carrying a QP blob, to a server
+	 * with a key: refused before anything else happens. */
 	fd = raw_connect();
 	tf__wire_init(&m, TF_WIRE_HELLO);
 	tf__wire_put_bytes(&m, nonce, sizeof(nonce));
-	CHECK_OK(tf__wire_finish(&m));
-	CHECK_OK(tf__wire_send(fd, &m, 1000));
-	CHECK(tf__wire_recv(fd, &rx, 4 * tf_test_timeout_ms()) == 1);
-	CHECK(rx.h.op == TF_WIRE_CHALLENGE && rx.body[TF_WIRE_NONCE] == 1);
-	tf__wire_init(&m, TF_WIRE_OPEN);
-	memset(b, 0, sizeof(b));
-	tf__wire_put_bytes(&m, b, TF_WIRE_MAC);
-	tf__wire_put_u32(&m, 0);
+	tf__wire_put_u8(&m, 0);
 	tf__wire_put_u16(&m, 16);
 	tf__wire_put_bytes(&m, b, 16);
+	tf__wire_put_u16(&m, 0);
 	tf__wire_put_u16(&m, 0);
 	CHECK_OK(tf__wire_finish(&m));
 	CHECK_OK(tf__wire_send(fd, &m, 1000));
 	expect_reject(fd, TF_EAUTH);
-	good(node, "forged proof");
+	good(node, "keyless hello");
 
 	/* A client with the wrong key refuses the server (the server's
 	 * proof does not verify) and the server learns nothing. */
@@ -252,12 +287,13 @@ static void server(struct tf_pair *p)
 		     "%llu failed proofs",
 		     goods, (unsigned long long)st.handshake_rejects,
 		     (unsigned long long)st.auth_failures);
-	CHECK(goods == 10);
-	/* 6 malformed + truncated header + truncated body + silent, and the
-	 * keyless client's OPEN (no proof: malformed for an auth server). */
+	CHECK(goods == 12);
+	/* 6 malformed + truncated header + truncated body + silent. */
 	CHECKF(st.handshake_rejects >= 9, "%llu rejects",
 	       (unsigned long long)st.handshake_rejects);
-	CHECKF(st.auth_failures >= 1, "%llu auth failures",
+	/* Unsealed OPEN, forged seal, keyless HELLO, the wrong-key client
+	 * (leaves after the challenge) and the keyless client. */
+	CHECKF(st.auth_failures >= 5, "%llu auth failures",
 	       (unsigned long long)st.auth_failures);
 	tf_listener_destroy(l);
 	tf_node_destroy(node);

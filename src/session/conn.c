@@ -97,6 +97,8 @@ void tf__conn_destroy(struct tf_conn *c)
 {
 	if (!c)
 		return;
+	tf__keys_free(c->keys);
+	tf__transcript_free(c->ts);
 	tf__sess_free_mem(c->spare);
 	tf__ctl_destroy(c);
 	if (c->qp) {
@@ -110,6 +112,53 @@ void tf__conn_destroy(struct tf_conn *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	tf__free(c);
+}
+
+int tf__conn_send(struct tf_conn *c, unsigned ch, struct tf_wire_msg *m,
+		  int timeout_ms)
+{
+	uint8_t th[TF_WIRE_HASH];
+	bool hs = c->ts && ch == TF_WIRE_CH_SOCK;
+	int ret;
+
+	if (c->keys) {
+		if (hs) {
+			ret = tf__transcript_hash(c->ts, th);
+			if (ret)
+				return ret;
+		}
+		ret = tf__wire_seal(c->keys, ch, m, hs ? th : NULL);
+		if (ret)
+			return ret;
+		if (hs) {
+			ret = tf__transcript_add_msg(c->ts, m);
+			if (ret)
+				return ret;
+		}
+	}
+	if (ch == TF_WIRE_CH_CTL)
+		return tf__ctl_send(c, m, timeout_ms);
+	return tf__wire_send(c->fd, m, timeout_ms);
+}
+
+int tf__conn_open(struct tf_conn *c, unsigned ch)
+{
+	uint8_t th[TF_WIRE_HASH];
+	bool hs = c->ts && ch == TF_WIRE_CH_SOCK;
+	int ret;
+
+	if (!c->keys)
+		return 0;
+	if (hs) {
+		/* The hash of what came before; then this message, as it
+		 * travelled (sealed), joins the transcript. */
+		ret = tf__transcript_hash(c->ts, th);
+		if (!ret)
+			ret = tf__transcript_add_rx(c->ts, &c->rx);
+		if (ret)
+			return ret;
+	}
+	return tf__wire_unseal(c->keys, ch, &c->rx, hs ? th : NULL);
 }
 
 void tf__conn_sock_opts(int fd)

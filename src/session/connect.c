@@ -93,6 +93,11 @@ static int client_accept(struct tf_session *s, bool reused)
 		ret = tf__wire_recv(c->fd, &c->rx, s->node->timeout_ms);
 	if (ret < 0)
 		return ret;
+	ret = tf__conn_open(c, tf__sess_channel(s));
+	if (ret)
+		return ret;
+	tf__transcript_free(c->ts);
+	c->ts = NULL;
 	ret = server_refused(c);
 	if (ret)
 		return ret;
@@ -129,33 +134,89 @@ static int client_accept(struct tf_session *s, bool reused)
 	return 0;
 }
 
-static int send_open(struct tf_session *s, const tf_session_params_t *params,
-		     const uint8_t *mac, const uint8_t *blob, size_t blob_len,
-		     const uint8_t *ctl, size_t ctl_len)
+/* The fields of an OPEN after its connection id: the client's QP and
+ * control QP (a new connection; empty on a kept one) and the private
+ * data.  They travel in the HELLO without a key, in the sealed OPEN with
+ * one, and alone in the OPEN of a kept connection. */
+static void put_open(struct tf_wire_msg *m, const tf_session_params_t *params,
+		     const uint8_t *blob, size_t blob_len, const uint8_t *ctl,
+		     size_t ctl_len)
 {
-	struct tf_wire_msg m;
 	size_t priv_len = 0;
-	int ret;
 
 	if (params && (params->field_mask & TF_SESSION_PARAM_PRIV))
 		priv_len = params->priv_len;
-	tf__wire_init(&m, TF_WIRE_OPEN);
-	if (mac)
-		tf__wire_put_bytes(&m, mac, TF_WIRE_MAC);
-	tf__wire_put_u32(&m, blob_len ? 0 : s->c->id);
-	tf__wire_put_u16(&m, (uint16_t)blob_len);
-	tf__wire_put_bytes(&m, blob, blob_len);
-	tf__wire_put_u16(&m, (uint16_t)priv_len);
+	tf__wire_put_u16(m, (uint16_t)blob_len);
+	tf__wire_put_bytes(m, blob, blob_len);
+	tf__wire_put_u16(m, (uint16_t)priv_len);
 	if (priv_len)
-		tf__wire_put_bytes(&m, params->priv, priv_len);
-	if (ctl_len) {
-		tf__wire_put_u16(&m, (uint16_t)ctl_len);
-		tf__wire_put_bytes(&m, ctl, ctl_len);
-	}
+		tf__wire_put_bytes(m, params->priv, priv_len);
+	tf__wire_put_u16(m, (uint16_t)ctl_len);
+	tf__wire_put_bytes(m, ctl, ctl_len);
+}
+
+static int send_open(struct tf_session *s, const tf_session_params_t *params)
+{
+	struct tf_wire_msg m;
+	int ret;
+
+	tf__wire_init(&m, TF_WIRE_OPEN);
+	tf__wire_put_u32(&m, s->c->id);
+	put_open(&m, params, NULL, 0, NULL, 0);
 	ret = tf__wire_finish(&m);
 	if (ret)
 		return ret;
 	return tf__sess_ctl_send(s, &m, s->node->timeout_ms);
+}
+
+/*
+ * With a key: receive the server's CHALLENGE, derive the connection's
+ * keys and check the server's proof before anything else is said (the
+ * HELLO already joined the transcript).
+ */
+static int client_challenge(struct tf_conn *c)
+{
+	struct tf_node *node = c->node;
+	uint8_t fin[TF_WIRE_MAC], th[TF_WIRE_HASH], want[TF_WIRE_MAC];
+	struct tf_wire_challenge ch;
+	int ret;
+
+	ret = tf__wire_recv(c->fd, &c->rx, node->timeout_ms);
+	if (ret < 0)
+		return ret;
+	ret = server_refused(c);
+	if (ret)
+		return ret;
+	ret = tf__wire_parse_challenge(&c->rx, &ch);
+	if (ret)
+		return ret;
+	memcpy(c->nonce_s, ch.nonce, TF_WIRE_NONCE);
+	ret = tf__keys_derive(node->psk, node->psk_len, c->nonce_c, c->nonce_s,
+			      false, fin, &c->keys);
+	if (!ret)
+		ret = tf__transcript_add(c->ts, c->rx.hdr, c->rx.h.hdr_size);
+	if (!ret)
+		ret = tf__transcript_add(c->ts, ch.nonce, TF_WIRE_NONCE);
+	if (!ret)
+		ret = tf__transcript_hash(c->ts, th);
+	if (!ret)
+		ret = tf__proof_make(fin, th, want);
+	memset(fin, 0, sizeof(fin));
+	if (ret)
+		return ret;
+	if (!tf__proof_equal(ch.mac, want)) {
+		/* Either side may hold the wrong key, or a relay changed
+		 * the exchange: nothing more goes to this server. */
+		tf_log_warn(S, "handshake: the server's key proof does not "
+			       "match this node's pre-shared key (the keys "
+			       "differ, or the handshake was changed on the "
+			       "way)");
+		STAT(node, auth_failures);
+		return -TF_EAUTH;
+	}
+	ret = tf__transcript_add(c->ts, ch.mac, TF_WIRE_MAC);
+	tf__wire_rx_reset(&c->rx);
+	return ret;
 }
 
 /* Open a session on a kept connection; on failure the connection is
@@ -183,7 +244,7 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 	}
 	s->reused = true;
 	s->qctl = c->ctl.ready;
-	ret = send_open(s, params, NULL, NULL, 0, NULL, 0);
+	ret = send_open(s, params);
 	if (!ret)
 		ret = client_accept(s, true);
 	if (ret) {
@@ -202,16 +263,13 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 		       socklen_t sl, const tf_session_params_t *params,
 		       bool no_reuse, struct tf_session **s_p)
 {
-	uint8_t blob[TF_QP_ADDR_MAX], mac[TF_WIRE_MAC], want[TF_WIRE_MAC];
-	uint8_t ctl[TF_QP_ADDR_MAX];
+	uint8_t blob[TF_QP_ADDR_MAX], ctl[TF_QP_ADDR_MAX];
 	size_t blob_len = sizeof(blob), ctl_len = 0;
+	bool auth = node->psk_len != 0;
 	uint32_t sd = 256, rd = 256;
 	struct tf_wire_msg m;
-	struct tf_wire_challenge ch;
 	struct tf_session *s;
 	struct tf_conn *c;
-	const uint8_t *smac;
-	uint8_t auth;
 	int fd = -1, ret;
 
 	ret = connect_tcp(node, sa, sl, &fd);
@@ -229,51 +287,21 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 	c->peer_len = sl;
 	c->hs = TF_CONN_BUSY;
 	ret = tf__random(c->nonce_c, TF_WIRE_NONCE);
+	if (!ret && auth)
+		ret = tf__transcript_new(&c->ts);
 	if (ret)
 		goto err_conn;
-	tf__wire_init(&m, TF_WIRE_HELLO);
-	tf__wire_put_bytes(&m, c->nonce_c, TF_WIRE_NONCE);
-	ret = tf__wire_finish(&m);
-	if (!ret)
-		ret = tf__wire_send(fd, &m, node->timeout_ms);
-	if (!ret)
-		ret = tf__wire_recv(fd, &c->rx, node->timeout_ms);
-	if (ret < 0)
-		goto err_conn;
-	ret = server_refused(c);
-	if (ret)
-		goto err_conn;
-	ret = tf__wire_parse_challenge(&c->rx, &ch);
-	if (ret)
-		goto err_conn;
-	smac = ch.mac;
-	auth = smac != NULL;
-	memcpy(c->nonce_s, ch.nonce, TF_WIRE_NONCE);
-	/* The server must prove the key before it learns our QP address;
-	 * a server without a key cannot be trusted by a client with one. */
-	if (!!auth != !!node->psk_len) {
-		tf_log_warn(S, "handshake: %s",
-			    node->psk_len
-				    ? "server did not prove the pre-shared key"
-				    : "server requires a pre-shared key");
-		STAT(node, auth_failures);
-		ret = -TF_EAUTH;
-		goto err_conn;
-	}
+	/* With a key the HELLO goes first, alone, and the QPs are made while
+	 * the server answers; without one the HELLO carries the QPs. */
 	if (auth) {
-		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-s",
-				   c->nonce_c, c->nonce_s, want);
-		if (ret)
-			goto err_conn;
-		if (!tf__wire_mac_equal(smac, want)) {
-			tf_log_warn(S, "handshake: server failed to prove the "
-				       "pre-shared key");
-			STAT(node, auth_failures);
-			ret = -TF_EAUTH;
-			goto err_conn;
-		}
-		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-c",
-				   c->nonce_s, c->nonce_c, mac);
+		tf__wire_init(&m, TF_WIRE_HELLO);
+		tf__wire_put_bytes(&m, c->nonce_c, TF_WIRE_NONCE);
+		tf__wire_put_u8(&m, TF_WIRE_HELLO_AUTH);
+		ret = tf__wire_finish(&m);
+		if (!ret)
+			ret = tf__wire_send(fd, &m, node->timeout_ms);
+		if (!ret)
+			ret = tf__transcript_add_msg(c->ts, &m);
 		if (ret)
 			goto err_conn;
 	}
@@ -296,13 +324,27 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 			ctl_len = 0;
 		}
 	}
+	if (auth) {
+		ret = client_challenge(c);
+		if (ret)
+			goto err_conn;
+		tf__wire_init(&m, TF_WIRE_OPEN);
+		tf__wire_put_u32(&m, 0);
+	} else {
+		tf__wire_init(&m, TF_WIRE_HELLO);
+		tf__wire_put_bytes(&m, c->nonce_c, TF_WIRE_NONCE);
+		tf__wire_put_u8(&m, 0);
+	}
+	put_open(&m, params, blob, blob_len, ctl, ctl_len);
+	ret = tf__wire_finish(&m);
+	if (!ret)
+		ret = tf__conn_send(c, TF_WIRE_CH_SOCK, &m, node->timeout_ms);
+	if (ret)
+		goto err_conn;
 	ret = tf__sess_new(node, c, false, &s);
 	if (ret)
 		goto err_conn;
-	ret = send_open(s, params, auth ? mac : NULL, blob, blob_len, ctl,
-			ctl_len);
-	if (!ret)
-		ret = client_accept(s, false);
+	ret = client_accept(s, false);
 	if (ret) {
 		s->broken = true;
 		c->broken = true;

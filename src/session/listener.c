@@ -265,6 +265,7 @@ static void listener_drop(struct tf_listener *l, struct tf_conn *c)
 /* Tell a peer why it was refused (best effort: it may be gone). */
 static void send_reject(struct tf_conn *c, int err)
 {
+	bool on_ctl = c->hs == TF_CONN_IDLE && c->ctl.ready;
 	struct tf_wire_msg m;
 
 	tf__wire_init(&m, TF_WIRE_REJECT);
@@ -272,136 +273,169 @@ static void send_reject(struct tf_conn *c, int err)
 	if (tf__wire_finish(&m))
 		return;
 	/* A kept connection's client waits for the answer on the control
-	 * QP, where its OPEN went. */
-	if (c->hs == TF_CONN_IDLE && c->ctl.ready) {
+	 * QP, where its OPEN went; sealed, on an authenticated connection,
+	 * as everything after the key challenge. */
+	if (on_ctl) {
 		/* The connection is destroyed next: let the SEND leave
 		 * first, or the client would only see the connection end. */
-		if (!tf__ctl_send(c, &m, 100))
+		if (!tf__conn_send(c, TF_WIRE_CH_CTL, &m, 100))
 			tf__ctl_flush(c, 100);
 	} else {
-		tf__wire_send(c->fd, &m, 100);
+		tf__conn_send(c, TF_WIRE_CH_SOCK, &m, 100);
 	}
 }
 
-static int server_hello(struct tf_listener *l, struct tf_conn *c)
+/* A new connection's first session: make the QP (and the control QP, if
+ * the client offered one and connections are kept), connect them to the
+ * client's and open the session, deferred (its ACCEPT goes with
+ * tf_session_establish). */
+static int server_open_new(struct tf_listener *l, struct tf_conn *c,
+			   const struct tf_wire_open *req,
+			   const tf_session_params_t *params,
+			   struct tf_session **s_p)
 {
 	struct tf_node *node = l->node;
-	struct tf_wire_hello hello;
-	struct tf_wire_msg m;
-	uint8_t mac[TF_WIRE_MAC];
+	uint32_t sd = 256, rd = 256;
+	struct tf_session *s;
 	int ret;
 
+	if (params && (params->field_mask & TF_SESSION_PARAM_QP)) {
+		sd = params->max_send_wr;
+		rd = params->max_recv_wr;
+	}
+	ret = tf__conn_new_qp(node, c, sd, rd);
+	if (ret)
+		return ret;
+	ret = tf_qp_connect(c->qp, req->blob, req->blob_len);
+	if (ret) {
+		tf_log_warn(S, "handshake: peer QP address refused: %s",
+			    tf_strerror(ret));
+		return ret;
+	}
+	/* Without a control QP the connection still works: its later
+	 * sessions send their control messages on the socket. */
+	if (req->ctl_len && node->qp_cache && !tf__ctl_create(node, c) &&
+	    tf__ctl_connect(c, req->ctl, req->ctl_len))
+		tf__ctl_destroy(c);
+	c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
+	ret = tf__sess_new(node, c, true, &s);
+	if (ret)
+		return ret;
+	memcpy(s->priv, req->priv, req->priv_len);
+	s->priv_len = req->priv_len;
+	s->deferred = true;
+	*s_p = s;
+	return 0;
+}
+
+/*
+ * Serve a HELLO.  Without a key it carries the client's OPEN: the session
+ * opens now (*@s_p set).  With one, the server answers with its nonce and
+ * its proof of the key, derives the connection's keys and waits for the
+ * sealed OPEN (*@s_p stays NULL).
+ */
+static int server_hello(struct tf_listener *l, struct tf_conn *c,
+			const tf_session_params_t *params,
+			struct tf_session **s_p)
+{
+	struct tf_node *node = l->node;
+	uint8_t fin[TF_WIRE_MAC], th[TF_WIRE_HASH], *mac;
+	struct tf_wire_hello hello;
+	struct tf_wire_msg m;
+	int ret;
+
+	*s_p = NULL;
 	ret = tf__wire_parse_hello(&c->rx, &hello);
 	if (ret)
 		return ret;
+	if (hello.auth != (node->psk_len != 0)) {
+		tf_log_warn(S, "handshake: %s",
+			    node->psk_len ? "client has no pre-shared key "
+					    "and this server requires one"
+					  : "client has a pre-shared key and "
+					    "this server has none");
+		return -TF_EAUTH;
+	}
 	memcpy(c->nonce_c, hello.nonce, TF_WIRE_NONCE);
-	ret = tf__random(c->nonce_s, TF_WIRE_NONCE);
+	if (!node->psk_len)
+		return server_open_new(l, c, &hello.open, params, s_p);
+
+	ret = tf__transcript_new(&c->ts);
+	if (!ret)
+		ret = tf__transcript_add_rx(c->ts, &c->rx);
+	if (!ret)
+		ret = tf__random(c->nonce_s, TF_WIRE_NONCE);
+	if (!ret)
+		ret = tf__keys_derive(node->psk, node->psk_len, c->nonce_c,
+				      c->nonce_s, true, fin, &c->keys);
 	if (ret)
-		return ret;
+		goto out;
+	/* The proof covers the transcript up to itself: HELLO, then this
+	 * message's header (its size counts the proof) and nonce. */
 	tf__wire_init(&m, TF_WIRE_CHALLENGE);
 	tf__wire_put_bytes(&m, c->nonce_s, TF_WIRE_NONCE);
-	tf__wire_put_u8(&m, node->psk_len ? 1 : 0);
-	if (node->psk_len) {
-		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-s",
-				   c->nonce_c, c->nonce_s, mac);
-		if (ret)
-			return ret;
-		tf__wire_put_bytes(&m, mac, TF_WIRE_MAC);
-	}
+	tf__wire_put_bytes(&m, fin, TF_WIRE_MAC); /* room for the proof */
 	ret = tf__wire_finish(&m);
+	if (ret)
+		goto out;
+	mac = m.buf + m.len - TF_WIRE_MAC;
+	ret = tf__transcript_add(c->ts, m.buf, m.len - TF_WIRE_MAC);
+	if (!ret)
+		ret = tf__transcript_hash(c->ts, th);
+	if (!ret)
+		ret = tf__proof_make(fin, th, mac);
+	if (!ret)
+		ret = tf__transcript_add(c->ts, mac, TF_WIRE_MAC);
 	if (!ret)
 		ret = tf__wire_send(c->fd, &m, node->timeout_ms);
 	c->hs = TF_CONN_WAIT_OPEN;
 	c->deadline_ns = tf__now_ns() + (uint64_t)node->timeout_ms * 1000000;
+out:
+	memset(fin, 0, sizeof(fin));
 	return ret;
 }
 
-/* Serve an OPEN on @c; on success *@s_p is the new session. */
+/* Serve an OPEN (already opened, if sealed) on @c: the sealed OPEN of a
+ * new authenticated connection, or the next session on a kept one. */
 static int server_open(struct tf_listener *l, struct tf_conn *c,
 		       const tf_session_params_t *params,
 		       struct tf_session **s_p)
 {
 	struct tf_node *node = l->node;
 	struct tf_wire_open req;
-	uint8_t want[TF_WIRE_MAC];
 	struct tf_session *s;
-	bool idle = c->hs == TF_CONN_IDLE;
 	int ret;
 
-	/* A kept connection proved the key when it was made. */
-	ret = tf__wire_parse_open(&c->rx, node->psk_len && !idle, &req);
+	ret = tf__wire_parse_open(&c->rx, &req);
 	if (ret)
 		return ret;
-	/* A kept connection's control QP was set up with its first
-	 * session. */
-	if (idle && req.ctl_len) {
-		tf_log_warn(S, "handshake: OPEN on a kept connection names a "
-			       "control QP");
+	if (c->hs != TF_CONN_IDLE) {
+		if (req.reuse_id) {
+			tf_log_warn(S,
+				    "handshake: a new connection's OPEN "
+				    "names connection %u",
+				    req.reuse_id);
+			return -TF_EWIRE;
+		}
+		return server_open_new(l, c, &req, params, s_p);
+	}
+	if (req.reuse_id != c->id) {
+		tf_log_warn(S, "handshake: OPEN on kept connection %u names %u",
+			    c->id, req.reuse_id);
 		return -TF_EWIRE;
 	}
-	if (req.mac) {
-		ret = tf__wire_mac(node->psk, node->psk_len, "tollfree-c",
-				   c->nonce_s, c->nonce_c, want);
-		if (ret)
-			return ret;
-		if (!tf__wire_mac_equal(req.mac, want)) {
-			tf_log_warn(S, "handshake: peer failed to prove the "
-				       "pre-shared key");
-			STAT(node, auth_failures);
-			return -TF_EAUTH;
-		}
-	}
-	if (idle) {
-		if (req.reuse_id != c->id || req.blob_len) {
-			tf_log_warn(S,
-				    "handshake: OPEN on kept connection %u "
-				    "names %u with a %u-byte blob",
-				    c->id, req.reuse_id, req.blob_len);
-			return -TF_EWIRE;
-		}
-		/* A QP that failed while idle is not reused. */
-		if (tf_qp_state(c->qp) != TF_QPS_RTS ||
-		    (c->ctl.ready && tf_qp_state(c->ctl.qp) != TF_QPS_RTS)) {
-			c->broken = true;
-			return -TF_EQPERR;
-		}
-	} else {
-		uint32_t sd = 256, rd = 256;
-
-		if (req.reuse_id || !req.blob_len) {
-			tf_log_warn(S,
-				    "handshake: first OPEN names "
-				    "connection %u with a %u-byte blob",
-				    req.reuse_id, req.blob_len);
-			return -TF_EWIRE;
-		}
-		if (params && (params->field_mask & TF_SESSION_PARAM_QP)) {
-			sd = params->max_send_wr;
-			rd = params->max_recv_wr;
-		}
-		ret = tf__conn_new_qp(node, c, sd, rd);
-		if (ret)
-			return ret;
-		ret = tf_qp_connect(c->qp, req.blob, req.blob_len);
-		if (ret) {
-			tf_log_warn(S, "handshake: peer QP address refused: %s",
-				    tf_strerror(ret));
-			return ret;
-		}
-		/* Without a control QP the connection still works: its later
-		 * sessions send their control messages on the socket. */
-		if (req.ctl_len && node->qp_cache && !tf__ctl_create(node, c) &&
-		    tf__ctl_connect(c, req.ctl, req.ctl_len))
-			tf__ctl_destroy(c);
-		c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
+	/* A QP that failed while idle is not reused. */
+	if (tf_qp_state(c->qp) != TF_QPS_RTS ||
+	    (c->ctl.ready && tf_qp_state(c->ctl.qp) != TF_QPS_RTS)) {
+		c->broken = true;
+		return -TF_EQPERR;
 	}
 	ret = tf__sess_new(node, c, true, &s);
 	if (ret)
 		return ret;
-	s->reused = idle;
-	s->qctl = idle && c->ctl.ready;
-	if (idle)
-		STAT(node, qp_reused);
+	s->reused = true;
+	s->qctl = c->ctl.ready;
+	STAT(node, qp_reused);
 	memcpy(s->priv, req.priv, req.priv_len);
 	s->priv_len = req.priv_len;
 	s->deferred = true;
@@ -418,7 +452,7 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 		      const tf_session_params_t *params, bool from_ctl, int ret,
 		      struct tf_session **s_p)
 {
-	struct tf_session *s;
+	struct tf_session *s = NULL;
 
 	if (!from_ctl) {
 		/* A kept connection with a control QP has nothing to say
@@ -433,16 +467,18 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 	if (ret < 0)
 		goto err;
 	if (c->hs == TF_CONN_WAIT_HELLO) {
-		ret = server_hello(l, c);
-		tf__wire_rx_reset(&c->rx);
-		if (ret)
-			goto err;
-		return 0;
+		ret = server_hello(l, c, params, &s);
+	} else {
+		ret = tf__conn_open(c, from_ctl ? TF_WIRE_CH_CTL
+						: TF_WIRE_CH_SOCK);
+		if (!ret)
+			ret = server_open(l, c, params, &s);
 	}
-	ret = server_open(l, c, params, &s);
 	tf__wire_rx_reset(&c->rx);
 	if (ret)
 		goto err;
+	if (!s) /* CHALLENGE sent: the sealed OPEN comes next */
+		return 0;
 	/* The session owns the connection from now on. */
 	listener_unwatch(l, c);
 	if (c->hs == TF_CONN_IDLE)
@@ -472,10 +508,21 @@ err:
 	      (from_ctl || !c->rx.got)) &&
 	    /* ... nor is its control QP failing when the client exited. */
 	    !(c->hs == TF_CONN_IDLE && from_ctl && ret == -TF_EQPERR)) {
-		if (ret != -TF_EAUTH)
-			STAT(l->node, handshake_rejects);
-		if (ret != -ECONNRESET)
+		/* A client that leaves right after the key challenge found
+		 * that the server's proof does not match its key. */
+		if (c->hs == TF_CONN_WAIT_OPEN && ret == -ECONNRESET &&
+		    !c->rx.got) {
+			tf_log_warn(S, "handshake: client left after the key "
+				       "challenge (its pre-shared key "
+				       "differs?)");
+			ret = -TF_EAUTH;
+		} else if (ret != -ECONNRESET) {
 			send_reject(c, ret);
+		}
+		if (ret == -TF_EAUTH)
+			STAT(l->node, auth_failures);
+		else
+			STAT(l->node, handshake_rejects);
 	}
 	listener_drop(l, c);
 	return 0;

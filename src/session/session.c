@@ -118,12 +118,10 @@ static void set_broken(struct tf_session *s, int why)
 	s->c->broken = true;
 }
 
-int tf__sess_ctl_send(struct tf_session *s, const struct tf_wire_msg *m,
+int tf__sess_ctl_send(struct tf_session *s, struct tf_wire_msg *m,
 		      int timeout_ms)
 {
-	if (s->qctl)
-		return tf__ctl_send(s->c, m, timeout_ms);
-	return tf__wire_send(s->c->fd, m, timeout_ms);
+	return tf__conn_send(s->c, tf__sess_channel(s), m, timeout_ms);
 }
 
 /* A session on the control QP looks at its socket at most every
@@ -156,6 +154,8 @@ static void ctrl_step(struct tf_session *s)
 			ret = ctl_watch_socket(s);
 		if (ret == 0)
 			return;
+		if (ret > 0)
+			ret = tf__conn_open(c, tf__sess_channel(s));
 		if (ret < 0) {
 			set_broken(s, ret);
 			return;
@@ -233,6 +233,10 @@ int tf__sess_send_accept(struct tf_session *s)
 	}
 	s->n_exps_sent = s->n_exps;
 	s->deferred = false;
+	/* The handshake is over: later messages are numbered, not chained
+	 * to a transcript. */
+	tf__transcript_free(s->c->ts);
+	s->c->ts = NULL;
 	return 0;
 }
 

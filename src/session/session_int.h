@@ -87,6 +87,11 @@ struct tf_conn {
 	struct sockaddr_storage peer; /* client: the listener's address */
 	socklen_t peer_len;
 	uint8_t nonce_c[TF_WIRE_NONCE], nonce_s[TF_WIRE_NONCE];
+	/* With a pre-shared key: the connection's keys (seal.c), and the
+	 * handshake's transcript until the first ACCEPT is sent (server)
+	 * or opened (client). */
+	struct tf_sess_keys *keys;
+	struct tf_transcript *ts;
 	struct tf_wire_rx rx;
 	struct tf_ctl ctl;
 	/* The memory of this connection's last session, for the next. */
@@ -221,6 +226,14 @@ struct tf_conn *tf__node_take(struct tf_node *node,
 /* A numeric or named IPv4/IPv6 address: 0 or -EINVAL (logged). */
 int tf__sess_resolve(const char *host, uint16_t port,
 		     struct sockaddr_storage *sa, socklen_t *len_p);
+/* Send the finished message @m on channel @ch of @c: sealed if the
+ * connection is authenticated (with the transcript while the handshake
+ * runs), then on the socket or the control QP.  0 or -errno. */
+int tf__conn_send(struct tf_conn *c, unsigned ch, struct tf_wire_msg *m,
+		  int timeout_ms);
+/* Open the message in c->rx that came on channel @ch: a no-op without
+ * keys, else tf__wire_unseal (with the transcript while it runs). */
+int tf__conn_open(struct tf_conn *c, unsigned ch);
 int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
 		    uint32_t send_depth, uint32_t recv_depth);
 void tf__conn_destroy(struct tf_conn *c);
@@ -243,9 +256,15 @@ int tf__sess_add_exposures(struct tf_session *s,
 void tf__listener_keep(struct tf_listener *l, struct tf_conn *c);
 void tf__listener_put(struct tf_listener *l);
 void tf__node_keep(struct tf_node *node, struct tf_conn *c);
-/* Send @m on the session's control channel (QP or socket). */
-int tf__sess_ctl_send(struct tf_session *s, const struct tf_wire_msg *m,
+/* Send @m on the session's control channel (QP or socket), sealed on an
+ * authenticated connection (@m is changed). */
+int tf__sess_ctl_send(struct tf_session *s, struct tf_wire_msg *m,
 		      int timeout_ms);
+/* The channel a session's control messages use. */
+static inline unsigned tf__sess_channel(const struct tf_session *s)
+{
+	return s->qctl ? TF_WIRE_CH_CTL : TF_WIRE_CH_SOCK;
+}
 
 /* node_stats.c: publish the node's counters with its context's. */
 void tf__sess_stats_register(struct tf_node *node);

@@ -1,17 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * wire.c - encoding, decoding and socket I/O of the session bootstrap
- * messages (format in wire_int.h), and the HMAC of the key proof.
+ * messages (format in wire_int.h).  Sealing is in seal.c.
  */
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include "provider.h"
 #include "wire_int.h"
@@ -92,13 +88,21 @@ static void wr32(uint8_t *p, uint32_t v)
 
 int tf__wire_finish(struct tf_wire_msg *m)
 {
-	if (m->overflow) {
+	if (m->overflow ||
+	    m->len - TF_WIRE_HDR_SIZE > TF_WIRE_MAX_BODY - TF_WIRE_TAG) {
 		tf_log_error("session", "wire message body over %d bytes",
-			     TF_WIRE_MAX_BODY);
+			     TF_WIRE_MAX_BODY - TF_WIRE_TAG);
+		m->overflow = true;
 		return -EMSGSIZE;
 	}
 	wr32(m->buf + 12, (uint32_t)(m->len - TF_WIRE_HDR_SIZE));
 	return 0;
+}
+
+void tf__wire_set_sealed(struct tf_wire_msg *m, size_t size)
+{
+	wr16(m->buf + 6, (uint16_t)(rd16(m->buf + 6) | TF_WIRE_F_SEALED));
+	wr32(m->buf + 12, (uint32_t)size);
 }
 
 void tf__wire_hdr_encode(const struct tf_wire_hdr *h, uint8_t *p)
@@ -122,7 +126,17 @@ int tf__wire_hdr_decode(const uint8_t *p, struct tf_wire_hdr *h)
 	h->reserved = rd16(p + 10);
 	h->size = rd32(p + 12);
 	if (h->magic != TF_WIRE_MAGIC) {
-		tf_log_warn("session", "bad wire magic 0x%08x", h->magic);
+		char txt[5];
+
+		/* Say what the peer is when it speaks text ("HTTP", "SSH-"):
+		 * a client pointed at the wrong port is the common case. */
+		for (int i = 0; i < 4; i++)
+			txt[i] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '.';
+		txt[4] = '\0';
+		tf_log_warn("session",
+			    "peer does not speak the tollfree protocol "
+			    "(it sent \"%s\", bad magic 0x%08x)",
+			    txt, h->magic);
 		return -TF_EWIRE;
 	}
 	/* The version is checked before the sizes so that a peer of another
@@ -139,6 +153,10 @@ int tf__wire_hdr_decode(const uint8_t *p, struct tf_wire_hdr *h)
 	if (h->size > TF_WIRE_MAX_BODY) {
 		tf_log_warn("session", "wire body of %u bytes exceeds %d",
 			    h->size, TF_WIRE_MAX_BODY);
+		return -TF_EWIRE;
+	}
+	if (h->flags & ~(uint16_t)TF_WIRE_F_SEALED) {
+		tf_log_warn("session", "unknown wire flags 0x%x", h->flags);
 		return -TF_EWIRE;
 	}
 	if (h->op < TF_WIRE_HELLO || h->op > TF_WIRE_OP_MAX) {
@@ -309,32 +327,6 @@ int tf__wire_recv(int fd, struct tf_wire_rx *rx, int timeout_ms)
 	}
 }
 
-int tf__wire_mac(const void *key, size_t key_len, const char *label,
-		 const uint8_t *a, const uint8_t *b, uint8_t out[TF_WIRE_MAC])
-{
-	uint8_t data[16 + 2 * TF_WIRE_NONCE];
-	size_t llen = strlen(label);
-	unsigned out_len = TF_WIRE_MAC;
-
-	if (llen > 16 || key_len > INT32_MAX)
-		return -EINVAL;
-	memcpy(data, label, llen);
-	memcpy(data + llen, a, TF_WIRE_NONCE);
-	memcpy(data + llen + TF_WIRE_NONCE, b, TF_WIRE_NONCE);
-	if (!HMAC(EVP_sha256(), key, (int)key_len, data,
-		  llen + 2 * TF_WIRE_NONCE, out, &out_len) ||
-	    out_len != TF_WIRE_MAC) {
-		tf_log_error("session", "HMAC-SHA256 failed in libcrypto");
-		return -EIO;
-	}
-	return 0;
-}
-
-bool tf__wire_mac_equal(const uint8_t *a, const uint8_t *b)
-{
-	return CRYPTO_memcmp(a, b, TF_WIRE_MAC) == 0;
-}
-
 /* ----------------------------------------------------------- bodies */
 
 static const char *const op_names[] = {
@@ -343,6 +335,11 @@ static const char *const op_names[] = {
 	[TF_WIRE_REJECT] = "REJECT", [TF_WIRE_EXPOSE] = "EXPOSE",
 	[TF_WIRE_CLOSE] = "CLOSE",
 };
+
+const char *tf__wire_op_name(unsigned op)
+{
+	return op && op <= TF_WIRE_OP_MAX ? op_names[op] : "op?";
+}
 
 /* Start parsing @rx as a message of @op; false (logged) if it is not. */
 static bool parse_start(const struct tf_wire_rx *rx, enum tf_wire_op op,
@@ -357,42 +354,85 @@ static bool parse_start(const struct tf_wire_rx *rx, enum tf_wire_op op,
 	return true;
 }
 
+/* The fields an OPEN carries, at @cur (the rest of the body). */
+static int get_open(struct tf_wire_cur *cur, uint32_t reuse,
+		    const struct tf_wire_rx *rx, struct tf_wire_open *m)
+{
+	const uint8_t *blob, *priv, *ctl;
+	uint16_t blob_len, priv_len, ctl_len;
+
+	blob_len = tf__wire_get_u16(cur);
+	blob = tf__wire_get_bytes(cur, blob_len);
+	priv_len = tf__wire_get_u16(cur);
+	priv = tf__wire_get_bytes(cur, priv_len);
+	ctl_len = tf__wire_get_u16(cur);
+	ctl = tf__wire_get_bytes(cur, ctl_len);
+	if (cur->bad || blob_len > TF_QP_ADDR_MAX ||
+	    priv_len > TF_WIRE_MAX_PRIV || ctl_len > TF_QP_ADDR_MAX ||
+	    (!reuse && !blob_len) || (reuse && (blob_len || ctl_len))) {
+		tf_log_warn("session",
+			    "handshake: malformed %s (%u bytes, connection "
+			    "%u, blob %u, control blob %u)",
+			    op_names[rx->h.op], rx->h.size, reuse, blob_len,
+			    ctl_len);
+		return -TF_EWIRE;
+	}
+	m->reuse_id = reuse;
+	m->blob = blob;
+	m->blob_len = blob_len;
+	m->priv = priv;
+	m->priv_len = priv_len;
+	m->ctl = ctl_len ? ctl : NULL;
+	m->ctl_len = ctl_len;
+	return 0;
+}
+
 int tf__wire_parse_hello(const struct tf_wire_rx *rx, struct tf_wire_hello *m)
 {
+	struct tf_wire_open open = {0};
 	struct tf_wire_cur cur;
 	const uint8_t *nonce;
+	uint8_t flags;
+	int ret;
 
 	if (!parse_start(rx, TF_WIRE_HELLO, &cur))
 		return -TF_EWIRE;
 	nonce = tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
-	if (!nonce) {
+	flags = tf__wire_get_u8(&cur);
+	if (cur.bad || (flags & ~TF_WIRE_HELLO_AUTH)) {
 		tf_log_warn("session",
-			    "handshake: HELLO of %u bytes is truncated",
-			    rx->h.size);
+			    "handshake: malformed HELLO (%u bytes, flags "
+			    "0x%x)",
+			    rx->h.size, flags);
 		return -TF_EWIRE;
 	}
+	/* With a key, nothing else: the client's QP goes in the sealed
+	 * OPEN, after the server proved the key. */
+	if (!(flags & TF_WIRE_HELLO_AUTH)) {
+		ret = get_open(&cur, 0, rx, &open);
+		if (ret)
+			return ret;
+	}
 	m->nonce = nonce;
+	m->auth = flags & TF_WIRE_HELLO_AUTH;
+	m->open = open;
 	return 0;
 }
 
 int tf__wire_parse_challenge(const struct tf_wire_rx *rx,
 			     struct tf_wire_challenge *m)
 {
-	const uint8_t *nonce, *mac = NULL;
+	const uint8_t *nonce, *mac;
 	struct tf_wire_cur cur;
-	uint8_t auth;
 
 	if (!parse_start(rx, TF_WIRE_CHALLENGE, &cur))
 		return -TF_EWIRE;
 	nonce = tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
-	auth = tf__wire_get_u8(&cur);
-	if (auth)
-		mac = tf__wire_get_bytes(&cur, TF_WIRE_MAC);
-	if (cur.bad || auth > 1) {
-		tf_log_warn(
-			"session",
-			"handshake: malformed CHALLENGE (%u bytes, auth %u)",
-			rx->h.size, auth);
+	mac = tf__wire_get_bytes(&cur, TF_WIRE_MAC);
+	if (cur.bad) {
+		tf_log_warn("session",
+			    "handshake: malformed CHALLENGE (%u bytes)",
+			    rx->h.size);
 		return -TF_EWIRE;
 	}
 	m->nonce = nonce;
@@ -400,44 +440,15 @@ int tf__wire_parse_challenge(const struct tf_wire_rx *rx,
 	return 0;
 }
 
-int tf__wire_parse_open(const struct tf_wire_rx *rx, bool with_mac,
-			struct tf_wire_open *m)
+int tf__wire_parse_open(const struct tf_wire_rx *rx, struct tf_wire_open *m)
 {
-	const uint8_t *mac = NULL, *blob, *priv, *ctl = NULL;
-	uint16_t blob_len, priv_len, ctl_len = 0;
 	struct tf_wire_cur cur;
 	uint32_t reuse;
 
 	if (!parse_start(rx, TF_WIRE_OPEN, &cur))
 		return -TF_EWIRE;
-	if (with_mac)
-		mac = tf__wire_get_bytes(&cur, TF_WIRE_MAC);
 	reuse = tf__wire_get_u32(&cur);
-	blob_len = tf__wire_get_u16(&cur);
-	blob = tf__wire_get_bytes(&cur, blob_len);
-	priv_len = tf__wire_get_u16(&cur);
-	priv = tf__wire_get_bytes(&cur, priv_len);
-	/* Optional: the client's control QP (a client without one, or of
-	 * an earlier release, sends nothing more). */
-	if (!cur.bad && cur.left) {
-		ctl_len = tf__wire_get_u16(&cur);
-		ctl = tf__wire_get_bytes(&cur, ctl_len);
-	}
-	if (cur.bad || blob_len > TF_QP_ADDR_MAX ||
-	    priv_len > TF_WIRE_MAX_PRIV || ctl_len > TF_QP_ADDR_MAX) {
-		tf_log_warn("session", "handshake: malformed OPEN (%u bytes)",
-			    rx->h.size);
-		return -TF_EWIRE;
-	}
-	m->mac = mac;
-	m->reuse_id = reuse;
-	m->blob = blob;
-	m->blob_len = blob_len;
-	m->priv = priv;
-	m->priv_len = priv_len;
-	m->ctl = ctl;
-	m->ctl_len = ctl_len;
-	return 0;
+	return get_open(&cur, reuse, rx, m);
 }
 
 static void get_exposure(struct tf_wire_cur *cur, tf_exposure_info_t *e)

@@ -19,34 +19,51 @@
  * fixed bound).  Bodies are parsed with tf__wire_get_*(), which check every
  * length against what remains.
  *
- * Exchange (client C, server S):
- *   C->S HELLO      nonce_c[32]
- *   S->C CHALLENGE  nonce_s[32], u8 auth, mac_s[32] if auth
- *   C->S OPEN       mac_c[32] if auth, u32 reuse_id, u16 blob_len, blob,
- *                   u16 priv_len, priv, and optionally (first OPEN only)
- *                   u16 ctl_len, ctl_blob: the client's control QP
- *   S->C ACCEPT     u32 conn_id, u16 blob_len, blob (0 when reused),
- *                   u16 ctl_len, ctl_blob (the server's control QP, or 0:
- *                   none; always 0 when reused), u16 n, n * exposure
+ * Flags: TF_WIRE_F_SEALED: the body is sealed (seal.c): encrypted with
+ * AES-256-GCM and followed by a 16-byte tag; the header, and during the
+ * handshake the transcript hash, are authenticated with it.  On a
+ * connection made with a pre-shared key every message after CHALLENGE
+ * must be sealed; an unsealed one fails the connection (-TF_EAUTH).
+ *
+ * Handshake without a pre-shared key: one round trip after the TCP
+ * connect (client C, server S):
+ *   C->S HELLO      nonce_c[32], u8 flags = 0, then what OPEN carries:
+ *                   u16 blob_len, blob (the client's QP), u16 priv_len,
+ *                   priv, u16 ctl_len, ctl_blob (its control QP, or 0)
+ *   S->C ACCEPT     u32 conn_id, u16 blob_len, blob, u16 ctl_len,
+ *                   ctl_blob (0: none), u16 n, n * exposure
  *     or REJECT     i32 error (a TF_E* or errno value, positive)
- * then, in either direction while the session lives:
+ *
+ * With a pre-shared key: two round trips, and no QP address or key goes
+ * to a peer before it proved the key:
+ *   C->S HELLO      nonce_c[32], u8 flags = TF_WIRE_HELLO_AUTH
+ *   S->C CHALLENGE  nonce_s[32], mac_s[32]
+ *   C->S OPEN       sealed: u32 reuse_id = 0, u16 blob_len, blob,
+ *                   u16 priv_len, priv, u16 ctl_len, ctl_blob
+ *   S->C ACCEPT     sealed, as above (or REJECT, sealed)
+ * Keys are derived from the key and both nonces (seal.c).  mac_s =
+ * HMAC-SHA256(fin_s, SHA-256(HELLO | CHALLENGE up to mac_s)) proves the
+ * server's key before the client says anything more; the client's proof
+ * is that its OPEN opens (its tag covers SHA-256 of HELLO and CHALLENGE).
+ * A server with a key refuses a HELLO without the flag, and a server
+ * without one a HELLO with it (REJECT -TF_EAUTH); a client with a key
+ * refuses an ACCEPT that is not preceded by a valid CHALLENGE.
+ *
+ * Then, in either direction while the session lives:
  *        EXPOSE     u16 n, n * exposure
  *        CLOSE      (empty): the sender revoked everything it exposed
- * and for the next session on a kept connection C->S OPEN again (no auth:
- * the connection is the authenticated one).
+ * and for the next session on a kept connection C->S OPEN with
+ * reuse_id = the connection's id and no blobs, answered by ACCEPT without
+ * blobs.  On an authenticated connection all of these are sealed, on the
+ * channel they travel on (socket 0, control QP 1), each numbered.
  *
  * Channels: the first session of a connection sends all its messages on
  * the TCP socket.  If both sides exchanged control QP blobs (and both
  * connected them), every later session on the connection sends all its
  * messages (OPEN, ACCEPT/REJECT, EXPOSE, CLOSE) as SENDs on the control
  * QP instead, one message per SEND, in this same format; the receiver
- * checks that the SEND's length is exactly hdr_size + size
- * (ctl.c).  The socket then carries nothing; its end still means
- * the peer's end.
- *
- * mac_s = HMAC-SHA256(psk, "tollfree-s" | nonce_c | nonce_s)
- * mac_c = HMAC-SHA256(psk, "tollfree-c" | nonce_s | nonce_c)
- * Both sides prove the key; the distinct labels stop a reflection.
+ * checks that the SEND's length is exactly hdr_size + size (ctl.c).  The
+ * socket then carries nothing; its end still means the peer's end.
  */
 #ifndef TOLLFREE_WIRE_INT_H
 #define TOLLFREE_WIRE_INT_H
@@ -59,14 +76,23 @@
 
 #define TF_WIRE_MAGIC 0x54465353u /* "TFSS" */
 /* 2: ACCEPT carries the server's control QP (and OPEN may carry the
- * client's); a peer of version 1 gets -TF_EVERSION, not a misparse. */
-#define TF_WIRE_VERSION	 2
+ * client's).  3: one round trip without a key (HELLO carries the OPEN),
+ * sealed messages with one.  A peer of another version gets -TF_EVERSION,
+ * not a misparse. */
+#define TF_WIRE_VERSION	 3
 #define TF_WIRE_HDR_SIZE 16
 /* Bounds on what a peer may send; every one is checked. */
-#define TF_WIRE_MAX_BODY      4096
-#define TF_WIRE_MAX_HDR	      64
-#define TF_WIRE_NONCE	      32
-#define TF_WIRE_MAC	      32
+#define TF_WIRE_MAX_BODY 4096
+#define TF_WIRE_MAX_HDR	 64
+#define TF_WIRE_NONCE	 32
+#define TF_WIRE_MAC	 32
+#define TF_WIRE_HASH	 32 /* SHA-256 of the transcript */
+#define TF_WIRE_TAG	 16 /* AES-256-GCM tag of a sealed body */
+#define TF_WIRE_IV	 12
+/* Ordered channels of a connection, each with its own sequence numbers. */
+#define TF_WIRE_CH_SOCK	      0
+#define TF_WIRE_CH_CTL	      1
+#define TF_WIRE_CHANNELS      2
 #define TF_WIRE_MAX_PRIV      1024
 #define TF_WIRE_MAX_EXPOSE    64
 #define TF_WIRE_EXPOSURE_SIZE 24 /* u64 addr, u64 len, u32 rkey, u32 rights */
@@ -81,6 +107,13 @@ enum tf_wire_op {
 	TF_WIRE_CLOSE = 7,
 	TF_WIRE_OP_MAX = 7,
 };
+
+enum tf_wire_flags {
+	TF_WIRE_F_SEALED = 1u << 0,
+};
+
+/* HELLO flags. */
+#define TF_WIRE_HELLO_AUTH 1u
 
 struct tf_wire_hdr {
 	uint32_t magic;
@@ -121,8 +154,14 @@ void tf__wire_put_u16(struct tf_wire_msg *m, uint16_t v);
 void tf__wire_put_u32(struct tf_wire_msg *m, uint32_t v);
 void tf__wire_put_u64(struct tf_wire_msg *m, uint64_t v);
 void tf__wire_put_bytes(struct tf_wire_msg *m, const void *b, size_t n);
-/* Write the header's size field; -EMSGSIZE if the body overflowed. */
+/* Write the header's size field; -EMSGSIZE if the body overflowed (a body
+ * may take TF_WIRE_MAX_BODY - TF_WIRE_TAG bytes, so that it can be
+ * sealed). */
 int tf__wire_finish(struct tf_wire_msg *m);
+/* Set the header's size to @size and its sealed flag (seal.c). */
+void tf__wire_set_sealed(struct tf_wire_msg *m, size_t size);
+/* "HELLO", "OPEN", ... or "op?" */
+const char *tf__wire_op_name(unsigned op);
 
 /* Encode/decode the fixed header (16 bytes at @p). */
 void tf__wire_hdr_encode(const struct tf_wire_hdr *h, uint8_t *p);
@@ -152,11 +191,42 @@ int tf__wire_recv(int fd, struct tf_wire_rx *rx, int timeout_ms);
 /* Reset @rx for the next message. */
 void tf__wire_rx_reset(struct tf_wire_rx *rx);
 
-/* HMAC-SHA256 over the concatenation of @label, @a and @b. */
-int tf__wire_mac(const void *key, size_t key_len, const char *label,
-		 const uint8_t *a, const uint8_t *b, uint8_t out[TF_WIRE_MAC]);
-/* Constant-time comparison of two MACs; true if equal. */
-bool tf__wire_mac_equal(const uint8_t *a, const uint8_t *b);
+/* ------------------------------------------------------------- seal.c */
+struct tf_sess_keys;
+struct tf_transcript;
+
+/* Derive a connection's keys from the pre-shared key and both nonces
+ * (@server: which side this is); *@fin_s receives the server's proof
+ * key.  0, -ENOMEM or -EIO. */
+int tf__keys_derive(const uint8_t *psk, size_t psk_len,
+		    const uint8_t nonce_c[TF_WIRE_NONCE],
+		    const uint8_t nonce_s[TF_WIRE_NONCE], bool server,
+		    uint8_t fin_s[TF_WIRE_MAC], struct tf_sess_keys **k_p);
+void tf__keys_free(struct tf_sess_keys *k);
+/* Seal the finished message @m for channel @ch, authenticating the
+ * transcript hash @th too when not NULL.  0, -EMSGSIZE or -EIO. */
+int tf__wire_seal(struct tf_sess_keys *k, unsigned ch, struct tf_wire_msg *m,
+		  const uint8_t *th);
+/* Open a received message in place (rx->h.size becomes the plain body's
+ * size).  0, or -TF_EAUTH (logged) if it is not sealed, or does not
+ * open: wrong key, changed, replayed, reordered or dropped before. */
+int tf__wire_unseal(struct tf_sess_keys *k, unsigned ch, struct tf_wire_rx *rx,
+		    const uint8_t *th);
+
+/* The SHA-256 of the handshake's messages, in order. */
+int tf__transcript_new(struct tf_transcript **t_p);
+void tf__transcript_free(struct tf_transcript *t);
+int tf__transcript_add(struct tf_transcript *t, const void *b, size_t n);
+int tf__transcript_add_msg(struct tf_transcript *t,
+			   const struct tf_wire_msg *m);
+int tf__transcript_add_rx(struct tf_transcript *t, const struct tf_wire_rx *rx);
+/* The hash of what was added so far (the transcript goes on). */
+int tf__transcript_hash(const struct tf_transcript *t,
+			uint8_t out[TF_WIRE_HASH]);
+/* The server's key proof: HMAC-SHA256(@fin, @th); constant-time compare. */
+int tf__proof_make(const uint8_t fin[TF_WIRE_MAC], const uint8_t *th,
+		   uint8_t out[TF_WIRE_MAC]);
+bool tf__proof_equal(const uint8_t *a, const uint8_t *b);
 
 /*
  * Parsers of the message bodies.  They are pure functions of a message as
@@ -176,23 +246,26 @@ bool tf__wire_mac_equal(const uint8_t *a, const uint8_t *b);
 	(TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE | \
 	 TF_ACCESS_REMOTE_ATOMIC)
 
-struct tf_wire_hello {
-	const uint8_t *nonce; /* TF_WIRE_NONCE bytes */
-};
-
 struct tf_wire_challenge {
 	const uint8_t *nonce; /* TF_WIRE_NONCE bytes */
-	const uint8_t *mac;   /* TF_WIRE_MAC bytes; NULL: server has no key */
+	const uint8_t *mac;   /* TF_WIRE_MAC bytes */
 };
 
 struct tf_wire_open {
-	const uint8_t *mac; /* TF_WIRE_MAC bytes if asked for, else NULL */
 	uint32_t reuse_id;
 	const uint8_t *blob; /* blob_len <= TF_QP_ADDR_MAX */
 	const uint8_t *priv; /* priv_len <= TF_WIRE_MAX_PRIV */
 	/* The client's control QP: ctl_len <= TF_QP_ADDR_MAX, 0 if absent */
 	const uint8_t *ctl;
 	uint16_t blob_len, priv_len, ctl_len;
+};
+
+struct tf_wire_hello {
+	const uint8_t *nonce; /* TF_WIRE_NONCE bytes */
+	bool auth;	      /* TF_WIRE_HELLO_AUTH: the client has a key */
+	/* Without auth, what the client's OPEN would carry (reuse_id 0,
+	 * blob_len > 0). */
+	struct tf_wire_open open;
 };
 
 /* An exposure list: non-empty ranges that do not wrap, with rights that
@@ -213,10 +286,9 @@ struct tf_wire_accept {
 int tf__wire_parse_hello(const struct tf_wire_rx *rx, struct tf_wire_hello *m);
 int tf__wire_parse_challenge(const struct tf_wire_rx *rx,
 			     struct tf_wire_challenge *m);
-/* @with_mac: the OPEN must carry a MAC (the server has a key and the
- * connection is new). */
-int tf__wire_parse_open(const struct tf_wire_rx *rx, bool with_mac,
-			struct tf_wire_open *m);
+/* An OPEN: a new connection's (reuse_id 0, with the client's QP) or a
+ * kept one's (its id, no blobs); which one fits is the caller's check. */
+int tf__wire_parse_open(const struct tf_wire_rx *rx, struct tf_wire_open *m);
 int tf__wire_parse_accept(const struct tf_wire_rx *rx,
 			  struct tf_wire_accept *m);
 /* *@err_p: the error the peer reports, negative (-4096..-1).  A malformed

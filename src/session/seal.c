@@ -1,0 +1,313 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * seal.c - the cryptography of an authenticated connection (a node with a
+ * pre-shared key): key derivation, the handshake transcript, the server's
+ * key proof, and sealing (AES-256-GCM) of every message after it.
+ *
+ * Keys (RFC 5869 HKDF with SHA-256, as TLS 1.3 derives its traffic keys):
+ *   prk   = HKDF-Extract(salt = nonce_c | nonce_s, ikm = psk)
+ *   fin_s = HKDF-Expand(prk, "tollfree v3 s fin", 32)   server's proof
+ *   key_c = HKDF-Expand(prk, "tollfree v3 c key", 32)   client -> server
+ *   iv_c  = HKDF-Expand(prk, "tollfree v3 c iv", 12)
+ *   key_s, iv_s likewise with "s".
+ * Both nonces are fresh per connection (32 random bytes each side), so no
+ * two connections share keys, and nothing sealed on one can be replayed on
+ * another.
+ *
+ * Sealing: the body is encrypted in place and a 16-byte tag appended; the
+ * header (with the sealed size and TF_WIRE_F_SEALED) is authenticated as
+ * associated data, and during the handshake the SHA-256 of every message
+ * exchanged before this one as well (the transcript), so that a relay that
+ * changes, drops, reorders or replays any byte of the handshake makes the
+ * next seal fail.  The GCM nonce is the direction's IV XOR (channel << 63 |
+ * sequence number): each channel (the socket, the control QP) is ordered,
+ * and each side counts the messages it sealed and opened on it, so a
+ * replayed, dropped or reordered message fails to open as well.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "session_int.h"
+
+#define S TF_SESS_SUBSYS
+
+struct tf_sess_keys {
+	EVP_CIPHER_CTX *tx, *rx; /* keyed once; the IV is set per message */
+	uint8_t iv_tx[TF_WIRE_IV], iv_rx[TF_WIRE_IV];
+	uint64_t tx_seq[TF_WIRE_CHANNELS], rx_seq[TF_WIRE_CHANNELS];
+};
+
+struct tf_transcript {
+	EVP_MD_CTX *md;
+};
+
+static int crypto_fail(const char *what)
+{
+	tf_log_error(S, "%s failed in libcrypto", what);
+	return -EIO;
+}
+
+static int hmac(const uint8_t *key, size_t key_len, const uint8_t *data,
+		size_t len, uint8_t out[32])
+{
+	unsigned out_len = 32;
+
+	if (!HMAC(EVP_sha256(), key, (int)key_len, data, len, out, &out_len) ||
+	    out_len != 32)
+		return crypto_fail("HMAC-SHA256");
+	return 0;
+}
+
+/* HKDF-Expand for outputs of at most one block (RFC 5869 2.3, N = 1). */
+static int hkdf_expand(const uint8_t prk[32], const char *label, uint8_t *out,
+		       size_t len)
+{
+	uint8_t info[64], t[32];
+	size_t ll = strlen(label);
+	int ret;
+
+	if (ll + 1 > sizeof(info) || len > sizeof(t))
+		return -EINVAL;
+	memcpy(info, label, ll);
+	info[ll] = 1;
+	ret = hmac(prk, 32, info, ll + 1, t);
+	if (!ret)
+		memcpy(out, t, len);
+	OPENSSL_cleanse(t, sizeof(t));
+	return ret;
+}
+
+static EVP_CIPHER_CTX *gcm_ctx(const uint8_t key[32], bool enc)
+{
+	EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
+
+	if (!x)
+		return NULL;
+	if (EVP_CipherInit_ex(x, EVP_aes_256_gcm(), NULL, NULL, NULL,
+			      enc ? 1 : 0) != 1 ||
+	    EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_GCM_SET_IVLEN, TF_WIRE_IV, NULL) !=
+		    1 ||
+	    EVP_CipherInit_ex(x, NULL, NULL, key, NULL, -1) != 1) {
+		EVP_CIPHER_CTX_free(x);
+		return NULL;
+	}
+	return x;
+}
+
+int tf__keys_derive(const uint8_t *psk, size_t psk_len,
+		    const uint8_t nonce_c[TF_WIRE_NONCE],
+		    const uint8_t nonce_s[TF_WIRE_NONCE], bool server,
+		    uint8_t fin_s[TF_WIRE_MAC], struct tf_sess_keys **k_p)
+{
+	uint8_t salt[2 * TF_WIRE_NONCE], prk[32], kc[32], ks[32];
+	struct tf_sess_keys *k;
+	int ret;
+
+	memcpy(salt, nonce_c, TF_WIRE_NONCE);
+	memcpy(salt + TF_WIRE_NONCE, nonce_s, TF_WIRE_NONCE);
+	/* HKDF-Extract: HMAC(salt, ikm). */
+	ret = hmac(salt, sizeof(salt), psk, psk_len, prk);
+	if (ret)
+		return ret;
+	k = tf__calloc(1, sizeof(*k));
+	if (!k) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	ret = hkdf_expand(prk, "tollfree v3 s fin", fin_s, TF_WIRE_MAC);
+	if (!ret)
+		ret = hkdf_expand(prk, "tollfree v3 c key", kc, sizeof(kc));
+	if (!ret)
+		ret = hkdf_expand(prk, "tollfree v3 s key", ks, sizeof(ks));
+	if (!ret)
+		ret = hkdf_expand(prk, "tollfree v3 c iv",
+				  server ? k->iv_rx : k->iv_tx, TF_WIRE_IV);
+	if (!ret)
+		ret = hkdf_expand(prk, "tollfree v3 s iv",
+				  server ? k->iv_tx : k->iv_rx, TF_WIRE_IV);
+	if (ret)
+		goto err;
+	k->tx = gcm_ctx(server ? ks : kc, true);
+	k->rx = gcm_ctx(server ? kc : ks, false);
+	if (!k->tx || !k->rx) {
+		ret = crypto_fail("AES-256-GCM set-up");
+		goto err;
+	}
+	*k_p = k;
+	goto out;
+err:
+	tf__keys_free(k);
+out:
+	OPENSSL_cleanse(prk, sizeof(prk));
+	OPENSSL_cleanse(kc, sizeof(kc));
+	OPENSSL_cleanse(ks, sizeof(ks));
+	return ret;
+}
+
+void tf__keys_free(struct tf_sess_keys *k)
+{
+	if (!k)
+		return;
+	EVP_CIPHER_CTX_free(k->tx);
+	EVP_CIPHER_CTX_free(k->rx);
+	OPENSSL_cleanse(k, sizeof(*k));
+	tf__free(k);
+}
+
+static void gcm_nonce(const uint8_t iv[TF_WIRE_IV], unsigned ch, uint64_t seq,
+		      uint8_t out[TF_WIRE_IV])
+{
+	uint64_t v = ((uint64_t)ch << 63) | seq;
+
+	memcpy(out, iv, TF_WIRE_IV);
+	for (int i = 0; i < 8; i++)
+		out[TF_WIRE_IV - 1 - i] ^= (uint8_t)(v >> (8 * i));
+}
+
+int tf__wire_seal(struct tf_sess_keys *k, unsigned ch, struct tf_wire_msg *m,
+		  const uint8_t *th)
+{
+	size_t body = m->len - TF_WIRE_HDR_SIZE;
+	uint8_t nonce[TF_WIRE_IV];
+	int outl = 0, fin = 0;
+
+	if (ch >= TF_WIRE_CHANNELS || m->overflow ||
+	    body + TF_WIRE_TAG > TF_WIRE_MAX_BODY)
+		return -EMSGSIZE;
+	/* The header as it will travel: sealed flag and final size. */
+	tf__wire_set_sealed(m, body + TF_WIRE_TAG);
+	gcm_nonce(k->iv_tx, ch, k->tx_seq[ch], nonce);
+	if (EVP_EncryptInit_ex(k->tx, NULL, NULL, NULL, nonce) != 1 ||
+	    EVP_EncryptUpdate(k->tx, NULL, &outl, m->buf, TF_WIRE_HDR_SIZE) !=
+		    1 ||
+	    (th &&
+	     EVP_EncryptUpdate(k->tx, NULL, &outl, th, TF_WIRE_HASH) != 1) ||
+	    EVP_EncryptUpdate(k->tx, m->buf + TF_WIRE_HDR_SIZE, &outl,
+			      m->buf + TF_WIRE_HDR_SIZE, (int)body) != 1 ||
+	    EVP_EncryptFinal_ex(k->tx, m->buf + TF_WIRE_HDR_SIZE + outl,
+				&fin) != 1 ||
+	    EVP_CIPHER_CTX_ctrl(k->tx, EVP_CTRL_GCM_GET_TAG, TF_WIRE_TAG,
+				m->buf + TF_WIRE_HDR_SIZE + body) != 1)
+		return crypto_fail("AES-256-GCM seal");
+	m->len += TF_WIRE_TAG;
+	k->tx_seq[ch]++;
+	return 0;
+}
+
+int tf__wire_unseal(struct tf_sess_keys *k, unsigned ch, struct tf_wire_rx *rx,
+		    const uint8_t *th)
+{
+	uint8_t nonce[TF_WIRE_IV];
+	size_t body;
+	int outl = 0, fin = 0;
+
+	if (ch >= TF_WIRE_CHANNELS)
+		return -EINVAL;
+	if (!(rx->h.flags & TF_WIRE_F_SEALED) || rx->h.size < TF_WIRE_TAG) {
+		tf_log_warn(S,
+			    "peer sent an unsealed %s on an authenticated "
+			    "connection",
+			    tf__wire_op_name(rx->h.op));
+		return -TF_EAUTH;
+	}
+	body = rx->h.size - TF_WIRE_TAG;
+	gcm_nonce(k->iv_rx, ch, k->rx_seq[ch], nonce);
+	/* The header is authenticated as it arrived: its first
+	 * TF_WIRE_HDR_SIZE bytes (a longer header's extension is not). */
+	if (EVP_DecryptInit_ex(k->rx, NULL, NULL, NULL, nonce) != 1 ||
+	    EVP_DecryptUpdate(k->rx, NULL, &outl, rx->hdr, TF_WIRE_HDR_SIZE) !=
+		    1 ||
+	    (th &&
+	     EVP_DecryptUpdate(k->rx, NULL, &outl, th, TF_WIRE_HASH) != 1) ||
+	    EVP_DecryptUpdate(k->rx, rx->body, &outl, rx->body, (int)body) !=
+		    1 ||
+	    EVP_CIPHER_CTX_ctrl(k->rx, EVP_CTRL_GCM_SET_TAG, TF_WIRE_TAG,
+				rx->body + body) != 1)
+		return crypto_fail("AES-256-GCM open");
+	if (EVP_DecryptFinal_ex(k->rx, rx->body + outl, &fin) != 1) {
+		/* Whatever was decrypted is not to be looked at. */
+		OPENSSL_cleanse(rx->body, body);
+		tf_log_warn(S,
+			    "%s failed authentication (wrong key, or "
+			    "changed, replayed or reordered on the way)",
+			    tf__wire_op_name(rx->h.op));
+		return -TF_EAUTH;
+	}
+	rx->h.size = (uint32_t)body;
+	k->rx_seq[ch]++;
+	return 0;
+}
+
+/* ------------------------------------------------------------ transcript */
+
+int tf__transcript_new(struct tf_transcript **t_p)
+{
+	struct tf_transcript *t = tf__calloc(1, sizeof(*t));
+
+	if (!t)
+		return -ENOMEM;
+	t->md = EVP_MD_CTX_new();
+	if (!t->md || EVP_DigestInit_ex(t->md, EVP_sha256(), NULL) != 1) {
+		tf__transcript_free(t);
+		return crypto_fail("SHA-256 set-up");
+	}
+	*t_p = t;
+	return 0;
+}
+
+void tf__transcript_free(struct tf_transcript *t)
+{
+	if (!t)
+		return;
+	EVP_MD_CTX_free(t->md);
+	tf__free(t);
+}
+
+int tf__transcript_add(struct tf_transcript *t, const void *b, size_t n)
+{
+	if (EVP_DigestUpdate(t->md, b, n) != 1)
+		return crypto_fail("SHA-256");
+	return 0;
+}
+
+int tf__transcript_add_msg(struct tf_transcript *t, const struct tf_wire_msg *m)
+{
+	return tf__transcript_add(t, m->buf, m->len);
+}
+
+int tf__transcript_add_rx(struct tf_transcript *t, const struct tf_wire_rx *rx)
+{
+	int ret = tf__transcript_add(t, rx->hdr, rx->h.hdr_size);
+
+	return ret ? ret : tf__transcript_add(t, rx->body, rx->h.size);
+}
+
+int tf__transcript_hash(const struct tf_transcript *t,
+			uint8_t out[TF_WIRE_HASH])
+{
+	EVP_MD_CTX *c = EVP_MD_CTX_new();
+	unsigned n = 0;
+	int ret = 0;
+
+	/* A copy: the transcript goes on after this hash. */
+	if (!c || EVP_MD_CTX_copy_ex(c, t->md) != 1 ||
+	    EVP_DigestFinal_ex(c, out, &n) != 1 || n != TF_WIRE_HASH)
+		ret = crypto_fail("SHA-256");
+	EVP_MD_CTX_free(c);
+	return ret;
+}
+
+int tf__proof_make(const uint8_t fin[TF_WIRE_MAC], const uint8_t *th,
+		   uint8_t out[TF_WIRE_MAC])
+{
+	return hmac(fin, TF_WIRE_MAC, th, TF_WIRE_HASH, out);
+}
+
+bool tf__proof_equal(const uint8_t *a, const uint8_t *b)
+{
+	return CRYPTO_memcmp(a, b, TF_WIRE_MAC) == 0;
+}

@@ -5,8 +5,8 @@
  * extra locked or pinned memory.  Side A serves (it survives); side B
  * connects and READs and WRITEs the server's exposures in a loop until it
  * is killed.  The server notices (the bootstrap socket closes), closes
- * the session, and its counters and VmLck/VmPin are back to where they
- * were before the session.
+ * the session (posts on it meanwhile return -ENOTCONN), and its counters
+ * and VmLck/VmPin are back to where they were before the session.
  */
 #include <poll.h>
 
@@ -98,6 +98,9 @@ static void survivor(struct tf_pair *p, tf_node_t *node)
 	CHECK(tf_test_recv_u64(p) == 1);
 	tf_test_pair_kill_peer(p);
 	CHECK(st_serve(s) == TF_SESSION_BROKEN);
+	/* Posts on a broken session are refused, not silently flushed. */
+	CHECK_ERR(tf_session_send(s, b2, 0, 8, 2), -ENOTCONN);
+	CHECK_ERR(tf_session_recv(s, b2, 0, 8, 3), -ENOTCONN);
 	CHECK_OK(tf_node_query_stats(node, &st));
 	CHECKF(st.windows_live == 3 &&
 		       st.slices_rented ==

@@ -159,7 +159,12 @@ typedef struct tf_node_stats {
 	int reg_mode;		     /* enum tf_reg_mode in effect */
 	int use_mw;		     /* 1 if exposures use memory windows */
 	int auth;		     /* 1 if a pre-shared key is configured */
-	uint64_t reserved[16];
+	/* Listeners: connections that had not said HELLO, dropped to make
+	 * room for newcomers (TOLLFREE_SESSION_MAX_PENDING{,_PEER}), and
+	 * newcomers refused because every pending one was talking. */
+	uint64_t pending_dropped;
+	uint64_t pending_refused;
+	uint64_t reserved[14];
 } tf_node_stats_t;
 
 /* tf_node_query_stats - copy the counters (read without a lock).

@@ -63,6 +63,16 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 		return -ENOMEM;
 	l->node = node;
 	l->busy_poll = flags & TF_LISTENER_BUSY_POLL;
+	l->max_pending = (unsigned)node->ctx->cfg.session_max_pending;
+	l->max_pending_peer = (unsigned)node->ctx->cfg.session_max_pending_peer;
+	l->hello_ms = (int)node->ctx->cfg.session_hello_timeout_ms;
+	if (!l->max_pending || !l->max_pending_peer || l->hello_ms <= 0) {
+		tf_log_error(S,
+			     "TOLLFREE_SESSION_MAX_PENDING, _MAX_PENDING_PEER "
+			     "and _HELLO_TIMEOUT_MS must be positive");
+		tf__free(l);
+		return -EINVAL;
+	}
 	tf__conn_list_init(&l->conns);
 	l->lfd = socket(sa.ss_family,
 			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -576,6 +586,133 @@ static int scan_ctl(struct tf_listener *l, const tf_session_params_t *params,
 	return 0;
 }
 
+/* Whether two socket addresses are of the same host (port aside). */
+static bool same_host(const struct sockaddr_storage *a,
+		      const struct sockaddr_storage *b)
+{
+	if (a->ss_family != b->ss_family)
+		return false;
+	if (a->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->ss_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			       &((const struct sockaddr_in6 *)b)->sin6_addr,
+			       sizeof(struct in6_addr));
+	return false;
+}
+
+/*
+ * Make room for one more handshake from @peer, within the listener's
+ * bounds overall and per source address.  Past a bound the oldest
+ * connection that has not said HELLO goes (of that address, for its own
+ * bound): a flood of silent connections then only ever displaces itself,
+ * and a client that speaks at once is served.  If every pending
+ * connection is talking, the newcomer is refused: false.  *@dropped_p is
+ * set when a connection was freed.
+ */
+static bool make_room(struct tf_listener *l,
+		      const struct sockaddr_storage *peer, bool *dropped_p)
+{
+	struct tf_conn *oldest = NULL, *oldest_peer = NULL, *victim = NULL;
+	unsigned from_peer = 0;
+
+	/* The list is newest first: walk it from the tail. */
+	for (struct tf_conn *c = l->conns.prev; c != &l->conns; c = c->prev) {
+		bool mine;
+
+		if (c->hs != TF_CONN_WAIT_HELLO && c->hs != TF_CONN_WAIT_OPEN)
+			continue;
+		mine = same_host(&c->peer, peer);
+		from_peer += mine;
+		if (c->hs != TF_CONN_WAIT_HELLO)
+			continue;
+		if (!oldest)
+			oldest = c;
+		if (mine && !oldest_peer)
+			oldest_peer = c;
+	}
+	if (from_peer >= l->max_pending_peer)
+		victim = oldest_peer;
+	else if (l->n_pending >= l->max_pending)
+		victim = oldest;
+	else
+		return true;
+	if (!victim)
+		return false;
+	tf_log_debug(S, "handshake: dropped the oldest silent connection "
+			"for a new one");
+	STAT(l->node, pending_dropped);
+	listener_drop(l, victim);
+	*dropped_p = true;
+	return true;
+}
+
+/* Refuse a connection at once: too many handshakes are in progress and
+ * all of them are talking.  Best effort; the socket is non-blocking. */
+static void refuse_busy(struct tf_listener *l, int fd)
+{
+	struct tf_wire_msg m;
+
+	STAT(l->node, pending_refused);
+	tf__wire_init(&m, TF_WIRE_REJECT);
+	tf__wire_put_u32(&m, EBUSY);
+	if (!tf__wire_finish(&m) &&
+	    send(fd, m.buf, m.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		tf_log_debug(S, "refusal not sent: %m");
+	close(fd);
+}
+
+/* Accept what the listening socket has, at most a batch per call so that
+ * the handshakes already running are served between batches.  Returns
+ * true if a pending connection was dropped to make room. */
+static bool accept_new(struct tf_listener *l)
+{
+	struct tf_node *node = l->node;
+	uint64_t hello_ms =
+		(uint64_t)(l->hello_ms < node->timeout_ms ? l->hello_ms
+							  : node->timeout_ms);
+	bool dropped = false;
+
+	for (int k = 0; k < 64; k++) {
+		struct epoll_event ev = {.events = EPOLLIN};
+		struct sockaddr_storage peer;
+		socklen_t pl = sizeof(peer);
+		struct tf_conn *c;
+		int fd = accept4(l->lfd, (struct sockaddr *)&peer, &pl,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+			break;
+		if (!make_room(l, &peer, &dropped)) {
+			refuse_busy(l, fd);
+			continue;
+		}
+		c = tf__conn_alloc(node, fd);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		tf__conn_sock_opts(fd);
+		memcpy(&c->peer, &peer, pl);
+		c->peer_len = pl;
+		c->hs = TF_CONN_WAIT_HELLO;
+		c->born_ns = tf__now_ns();
+		/* A client sends its HELLO right after it connects: a
+		 * connection that does not gets the shortest deadline. */
+		c->deadline_ns = c->born_ns + hello_ms * 1000000;
+		ev.data.ptr = c;
+		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+			tf__conn_destroy(c);
+			continue;
+		}
+		c->sock_watched = true;
+		tf__conn_link(&l->conns, c);
+		l->n_pending++;
+	}
+	return dropped;
+}
+
 int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		       int timeout_ms, tf_session_t **s_p)
 {
@@ -593,7 +730,14 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		for (c = l->conns.next; c != &l->conns; c = nx) {
 			nx = c->next;
 			if (c->deadline_ns && now > c->deadline_ns) {
-				tf_log_warn(S, "handshake: peer timed out");
+				/* A connection that never said anything is
+				 * a probe or a flood, not worth a warning. */
+				if (c->hs == TF_CONN_WAIT_HELLO && !c->rx.got)
+					tf_log_debug(S, "handshake: no HELLO "
+							"in time");
+				else
+					tf_log_warn(S, "handshake: peer timed "
+						       "out");
 				STAT(l->node, handshake_rejects);
 				listener_drop(l, c);
 			}
@@ -640,7 +784,9 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		 * their peers' one-sided operations while we wait. */
 		tf_context_progress(l->node->ctx);
 		n = epoll_wait(l->epfd, evs, 16, wait_ms);
-		if (n < 0 && errno != EINTR)
+		/* A signal ends the wait, as tf_listener_accept(3) says:
+		 * a server blocking with -1 can then stop. */
+		if (n < 0)
 			return -errno;
 		for (int i = 0; i < n; i++) {
 			uint64_t tag = evs[i].data.u64;
@@ -662,46 +808,10 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 			}
 			c = evs[i].data.ptr;
 			if (!c) {
-				int fd;
-
-				while ((fd = accept4(l->lfd, NULL, NULL,
-						     SOCK_NONBLOCK |
-							     SOCK_CLOEXEC)) >=
-				       0) {
-					struct epoll_event ev = {
-						.events = EPOLLIN};
-
-					/* Bounded: a flood of connections
-					 * that never finish their handshake
-					 * cannot exhaust memory. */
-					if (l->n_pending >=
-					    TF_LISTENER_MAX_PENDING) {
-						STAT(l->node,
-						     handshake_rejects);
-						close(fd);
-						continue;
-					}
-					c = tf__conn_alloc(l->node, fd);
-					if (!c) {
-						close(fd);
-						continue;
-					}
-					tf__conn_sock_opts(fd);
-					c->hs = TF_CONN_WAIT_HELLO;
-					c->deadline_ns =
-						tf__now_ns() +
-						(uint64_t)l->node->timeout_ms *
-							1000000;
-					ev.data.ptr = c;
-					if (epoll_ctl(l->epfd, EPOLL_CTL_ADD,
-						      fd, &ev)) {
-						tf__conn_destroy(c);
-						continue;
-					}
-					c->sock_watched = true;
-					tf__conn_link(&l->conns, c);
-					l->n_pending++;
-				}
+				/* Dropping a pending connection to make room
+				 * may free one that a later event names. */
+				if (accept_new(l))
+					break;
 				continue;
 			}
 			if (serve_conn(l, c, params, false, 0, s_p) == 1)

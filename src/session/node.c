@@ -313,5 +313,7 @@ int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
 	st->reg_mode = node->reg_mode;
 	st->use_mw = node->use_mw;
 	st->auth = node->psk_len != 0;
+	st->pending_dropped = LD(pending_dropped);
+	st->pending_refused = LD(pending_refused);
 	return 0;
 }

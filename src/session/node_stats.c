@@ -36,6 +36,8 @@ static const struct tf__stats_field node_fields[] = {
 	TF__STATS_FIELD(tf_node_stats_t, reg_mode),
 	TF__STATS_FIELD(tf_node_stats_t, use_mw),
 	TF__STATS_FIELD(tf_node_stats_t, auth),
+	TF__STATS_FIELD(tf_node_stats_t, pending_dropped),
+	TF__STATS_FIELD(tf_node_stats_t, pending_refused),
 };
 
 static const struct tf__stats_field pool_fields[] = {

@@ -707,14 +707,29 @@ int tf_session_local_exposure(tf_session_t *s, int exp,
 
 /* ------------------------------------------------------------ data */
 
+/* -ENOTCONN if the session is broken: also when its QP failed and no
+ * control message said so yet (a post to a QP in error would "succeed"
+ * and flush, as verbs does). */
+static int check_live(struct tf_session *s)
+{
+	if (s->broken)
+		return -ENOTCONN;
+	if (TF__UNLIKELY(tf_qp_state(s->c->qp) == TF_QPS_ERR)) {
+		set_broken(s, -TF_EQPERR);
+		return -ENOTCONN;
+	}
+	return 0;
+}
+
 static int post_user(struct tf_session *s, struct tf_send_wr *wr,
 		     uint64_t wr_id)
 {
 	uint64_t slot;
 	int ret;
 
-	if (s->broken)
-		return -ENOTCONN;
+	ret = check_live(s);
+	if (ret)
+		return ret;
 	if (s->send_posted - s->send_done >= s->c->send_depth)
 		return -ENOMEM;
 	slot = s->send_posted % s->c->send_depth;
@@ -738,9 +753,14 @@ static int check_rdma(struct tf_session *s, int buf, size_t loff, int exp,
 
 	if (!b || exp < 0)
 		return -EINVAL;
-	ctrl_step(s);
-	if (exp >= s->n_peer)
-		return -EINVAL;
+	/* Data calls do only data: the control channel is looked at only
+	 * for an exposure this side has not heard of yet (its EXPOSE may be
+	 * waiting), not on every post. */
+	if (exp >= s->n_peer) {
+		ctrl_step(s);
+		if (exp >= s->n_peer)
+			return -EINVAL;
+	}
 	e = &s->peer[exp];
 	if (loff > b->len || len > b->len - loff || roff > e->length ||
 	    len > e->length - roff)
@@ -853,8 +873,9 @@ int tf_session_recv(tf_session_t *s, int buf, size_t off, uint32_t len,
 		return -EINVAL;
 	if (off > b->len || len > b->len - off)
 		return -ERANGE;
-	if (s->broken)
-		return -ENOTCONN;
+	ret = check_live(s);
+	if (ret)
+		return ret;
 	if (s->recv_posted - s->recv_done >= s->c->recv_depth)
 		return -ENOMEM;
 	slot = s->recv_posted % s->c->recv_depth;
@@ -877,10 +898,12 @@ int tf_session_state(tf_session_t *s)
 	if (!s)
 		return -EINVAL;
 	ctrl_step(s);
-	if (s->deferred)
-		return TF_SESSION_ACCEPTING;
+	/* Broken first: a session whose establish failed is broken, not
+	 * still accepting (a server waiting for BROKEN would leak it). */
 	if (s->broken || tf_qp_state(s->c->qp) == TF_QPS_ERR)
 		return TF_SESSION_BROKEN;
+	if (s->deferred)
+		return TF_SESSION_ACCEPTING;
 	if (s->peer_closed)
 		return TF_SESSION_PEER_CLOSED;
 	return TF_SESSION_OPEN;

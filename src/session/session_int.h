@@ -21,8 +21,6 @@
 #define TF_SESS_SUBSYS	    "session"
 #define TF_SESS_PSK_MAX	    256
 #define TF_SESS_MW_FREE_MAX 256
-/* Connections in the middle of their handshake, per listener. */
-#define TF_LISTENER_MAX_PENDING 256
 /* A busy-polling listener looks at its sockets at least this often. */
 #define TF_LISTENER_EPOLL_NS 20000ull
 /* ... and at the sockets of its kept connections this often. */
@@ -83,8 +81,10 @@ struct tf_conn {
 	bool broken;  /* never reuse */
 	bool no_keep; /* TF_SESSION_NO_REUSE: destroy at close */
 	enum tf_conn_hs hs;
-	uint64_t deadline_ns;	      /* server: end of the handshake step */
-	struct sockaddr_storage peer; /* client: the listener's address */
+	uint64_t deadline_ns; /* server: end of the handshake step */
+	uint64_t born_ns;     /* server: accepted at */
+	/* Client: the listener's address; server: the client's. */
+	struct sockaddr_storage peer;
 	socklen_t peer_len;
 	uint8_t nonce_c[TF_WIRE_NONCE], nonce_s[TF_WIRE_NONCE];
 	/* With a pre-shared key: the connection's keys (seal.c), and the
@@ -128,6 +128,7 @@ struct tf_node {
 	atomic_ullong qp_destroyed, qp_broken, windows_bound, windows_revoked;
 	atomic_ullong expose_mr_fallback, revoke_ns, attach_pool, attach_cache;
 	atomic_ullong attach_direct, copy_bytes, slices_rented;
+	atomic_ullong pending_dropped, pending_refused;
 	atomic_llong windows_live;
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;
@@ -146,6 +147,8 @@ struct tf_listener {
 	uint64_t sockcheck_ns; /* busy_poll: the last look at unwatched ones */
 	struct tf_conn conns;  /* list head: handshaking and idle */
 	unsigned n_idle, n_pending;
+	unsigned max_pending, max_pending_peer; /* TOLLFREE_SESSION_* */
+	int hello_ms;
 	/* Sessions accepted and not yet closed hold a reference, so that
 	 * their close can still hand the connection back (or drop it if the
 	 * listener was destroyed meanwhile). */

@@ -103,6 +103,16 @@
 	   "Sessions: file holding the pre-shared key (raw bytes, <= 256)")    \
 	XX(session, TIMEOUT_MS, session_timeout_ms, UINT, "2000",              \
 	   "Sessions: limit on each bootstrap read, revocation and close")     \
+	XX(session, MAX_PENDING, session_max_pending, UINT, "256",             \
+	   "Sessions: handshakes a listener serves at once; past it the "      \
+	   "oldest connection that has not said HELLO is dropped, or the "     \
+	   "newcomer refused (-EBUSY) if none")                                \
+	XX(session, MAX_PENDING_PEER, session_max_pending_peer, UINT, "32",    \
+	   "Sessions: handshakes a listener serves at once from one source "   \
+	   "address (same rule per address)")                                  \
+	XX(session, HELLO_TIMEOUT_MS, session_hello_timeout_ms, UINT, "500",   \
+	   "Sessions: a new connection must send its HELLO within this "       \
+	   "(and within TOLLFREE_SESSION_TIMEOUT_MS if shorter)")              \
 	XX(session, QP_CACHE, session_qp_cache, UINT, "16",                    \
 	   "Sessions: idle connections (QP + socket) kept for reuse; 0: none") \
 	XX(session, MW, session_mw, BOOL, "y",                                 \

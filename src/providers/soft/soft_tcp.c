@@ -1,54 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * soft_tcp.c - the soft provider's "tcp" transport: one TCP connection per
- * QP, for peers on other hosts (or on this one).
- *
- * Set-up.  Each context has one listening socket (TOLLFREE_SOFT_TCP_ADDR /
- * TOLLFREE_SOFT_TCP_PORT), created by ctx_init; a QP's address blob carries
- * its ip/port.  Of two QPs, the one with the smaller (ctx nonce, qpn) pair
- * connects and the other accepts (soft_tcp_is_connector), so that exactly
- * one connection is made whatever the order of the two tf_qp_connect calls.
- * The connector's first frame is a HELLO naming both QPs and both context
- * nonces; the acceptor attaches the socket to the QP it names only if that
- * QP was connected to exactly that peer.  A HELLO that arrives before the
- * local tf_qp_connect waits (bounded in number and time).
- *
- * Frames.  A fixed header in network byte order (see soft_int.h, "tcp
- * wire") then the payload.  The parser is a pure function; anything it
- * rejects, and any frame that does not fit the connection's state, closes
- * that connection with one log line and moves its QP to error.
- *
- * Reliability.  TCP gives order and delivery, so each request is sent once
- * and executed once, in order: requests carry a PSN, the responder expects
- * exactly the next one, and every response (ACK/NAK, READ_RESP,
- * ATOMIC_RESP) with PSN n also acknowledges every request before n.  The
- * one exception is RNR: the responder NAKs the SEND it cannot place and
- * then drops every request until that PSN comes again (go-back-N, as IB
- * does), and the requester re-sends from there after a short delay.
- *
- * Failure.  A malformed or out-of-place frame, a reset, or EOF while work
- * is outstanding fails the QP: the oldest outstanding send WQE completes
- * with RETRY_EXC (REM_OP for a protocol violation), the rest are flushed.
- * A clean EOF with nothing outstanding leaves the QP as it is, as on RC
- * hardware, until it next sends (then RETRY_EXC).  A requester that sees
- * no progress for the QP's timeout_ms fails the same way, so a peer that
- * stops reading cannot hold the sender.  A QP in error closes its socket
- * after the last NAK has drained (the peer then sees EOF).
- *
- * Placement.  A frame is executed only once it is completely in the
- * receive buffer, so the access check and the copy into registered memory
- * happen in one step of one progress call (a revocation waits for at most
- * one memcpy, never for the peer).  READ data goes to the socket straight
- * from the region; what the socket does not take is copied into the send
- * queue.  Requests send the user's memory directly (writev of header and
- * SGEs); it stays valid until the WQE completes.
- *
- * Locking (see soft_int.h).  Context-level state (lists of connections,
- * the epoll set) changes only under ctx->progress_lock.  A connection
- * attached to a QP is protected by qp->lock: submit runs under it, and
- * progress takes it (after progress_lock) before touching the connection.
- * Sockets are closed only under progress_lock, so that a descriptor number
- * is never reused while progress may still use it.
+ * QP, for peers on other hosts (or on this one).  How it works is described
+ * at the top of soft_tcp_int.h, with what its parts share.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -66,109 +20,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "soft_int.h"
-
-#define SUB "soft-tcp"
-
-/* Receive buffer kept per connection; frames larger than this grow it up
- * to one header plus TOLLFREE_SOFT_MAX_MSG. */
-#define TCP_RXBUF_MIN (64u * 1024)
-/* Responses (READ data) this side has queued but not sent yet; above it,
- * the responder stops executing requests until the peer reads (the value
- * is in soft_int.h, where tests read it). */
-#define TCP_TX_OWNED_MAX SOFT_TCP_TX_OWNED_MAX
-/* Accepted sockets that have not been matched to a QP yet. */
-#define TCP_MAX_PENDING 256
-#define TCP_PENDING_NS	(30ull * 1000000000)
-/* How long a detached connection may drain its last responses. */
-#define TCP_LINGER_NS (2ull * 1000000000)
-/* RNR back-off between re-sends (doubles up to the maximum). */
-#define TCP_RNR_MIN_NS (100ull * 1000)
-#define TCP_RNR_MAX_NS (10ull * 1000000)
-/* Period of the scan for transport timeouts. */
-#define TCP_SCAN_NS (1000000ull)
-#define TCP_EVENTS  64
-/* SGEs gathered on the stack; more are sent through a heap iovec. */
-#define TCP_IOV_STACK 32
-
-enum tcp_state {
-	TCP_CONNECTING, /* connector: connect() in flight */
-	TCP_WAITING,	/* acceptor QP: no socket yet */
-	TCP_PENDING,	/* accepted socket, not matched to a QP yet */
-	TCP_UP,
-	TCP_LINGER, /* detached from its QP: drain, then close */
-	TCP_LOST,   /* socket gone while the QP had nothing outstanding */
-};
-
-/* A frame (or its unsent tail) waiting in a connection's send queue. */
-struct tcp_txe {
-	struct tcp_txe *next;
-	size_t len; /* header + payload */
-	size_t off; /* bytes already sent */
-	uint32_t hdr_len;
-	bool req; /* payload is a WQE's memory (valid until done) */
-	uint32_t niov;
-	uint8_t hdr[SOFT_TCP_HDR_MAX];
-	struct iovec iov[];
-};
-
-struct soft_tcp;
-
-struct tcp_conn {
-	struct soft_tcp *tc;
-	struct tcp_conn *next, *prev; /* tc->conns (progress_lock) */
-	enum tcp_state state;
-	int fd;
-	uint32_t ev;	    /* epoll interest registered, 0 if none */
-	struct soft_qp *qp; /* NULL when pending or lingering */
-	bool detach;	    /* the QP went to error (set under qp->lock) */
-	bool dead;	    /* in the graveyard */
-	bool work;	    /* service at the next pass without an event */
-	bool shut;	    /* shutdown(SHUT_WR) done */
-	bool broken; /* a send failed outside progress: fail at next pass */
-	bool have_hello;
-	struct soft_tcp_hdr hello;
-	uint64_t deadline_ns; /* pending or lingering: close after */
-	/* receive: valid bytes are rx[rx_off, rx_off + rx_len) */
-	uint8_t *rx;
-	size_t rx_cap, rx_off, rx_len;
-	uint64_t rx_big_ns; /* last time a large frame needed a big buffer */
-	bool throttled;
-	/* send queue */
-	struct tcp_txe *txq, **txq_tail;
-	size_t tx_owned; /* bytes of queued frames the queue owns */
-	/* requester: WQEs submitted and not completed, in PSN order;
-	 * out_sent of them (from the oldest) have been handed to the send
-	 * path since the last go-back */
-	struct soft_swqe **out;
-	uint32_t out_size, out_head, out_cnt, out_sent;
-	uint32_t next_psn;
-	uint64_t last_act_ns; /* last sign of life while work is due */
-	uint64_t rnr_due_ns;  /* 0, or when to re-send after an RNR NAK */
-	uint64_t rnr_delay_ns;
-	/* responder */
-	uint32_t expect_psn;
-	bool resp_drop; /* after an RNR NAK: drop until expect_psn */
-	bool ack_pending;
-	uint32_t ack_psn;
-};
-
-struct soft_tcp {
-	struct soft_ctx *ctx;
-	int epfd;
-	int lfd;
-	int family; /* AF_INET or AF_INET6 */
-	uint8_t ip[16];
-	uint16_t port;
-	uint64_t max_msg;
-	struct tcp_conn *conns; /* every connection, progress_lock */
-	struct tcp_conn *grave; /* freed at the end of a pass */
-	uint32_t n_pending;
-	uint32_t n_work;
-	atomic_bool kick; /* a QP went to error outside progress */
-	uint64_t next_scan_ns;
-	char listen_tag; /* epoll cookie of the listener */
-};
+#include "soft_tcp_int.h"
 
 /* ---------------------------------------------------------------- codec */
 
@@ -405,12 +257,12 @@ static inline bool psn_before(uint32_t a, uint32_t b)
 
 /* ---------------------------------------------------------------- helpers */
 
-/* Set while this thread runs tcp_progress for a context, so that a
+/* Set while this thread runs soft_tcp_progress for a context, so that a
  * qp_fini reached from inside progress (through the engine) knows. */
-static __thread struct soft_tcp *tcp_in_progress;
+__thread struct soft_tcp *soft_tcp_in_progress;
 
-static const char *tcp_fmt_peer(const struct soft_peer_addr *pa, char *buf,
-				size_t len)
+const char *soft_tcp_fmt_peer(const struct soft_peer_addr *pa, char *buf,
+			      size_t len)
 {
 	char ip[INET6_ADDRSTRLEN] = "?";
 
@@ -435,7 +287,7 @@ static void tcp_set_ev(struct tcp_conn *c, uint32_t ev)
 }
 
 /* The epoll interest a connection needs in its state. */
-static void tcp_update_ev(struct tcp_conn *c)
+void soft_tcp_update_ev(struct tcp_conn *c)
 {
 	uint32_t ev = 0;
 
@@ -448,17 +300,6 @@ static void tcp_update_ev(struct tcp_conn *c)
 	if (c->txq)
 		ev |= EPOLLOUT;
 	tcp_set_ev(c, ev);
-}
-
-static void tcp_set_work(struct tcp_conn *c, bool on)
-{
-	if (c->work == on)
-		return;
-	c->work = on;
-	if (on)
-		c->tc->n_work++;
-	else
-		c->tc->n_work--;
 }
 
 static void tcp_txq_free(struct tcp_conn *c)
@@ -474,15 +315,8 @@ static void tcp_txq_free(struct tcp_conn *c)
 	c->tx_owned = 0;
 }
 
-/* The connection no longer serves its QP: it was detached, or the QP went
- * to error (the engine's qp_fini only marks it; see tcp_qp_fini). */
-static inline bool tcp_gone(const struct tcp_conn *c)
-{
-	return !c->qp || c->detach;
-}
-
 /* Remove from the context's list and queue for freeing.  progress_lock. */
-static void tcp_conn_bury(struct tcp_conn *c)
+void soft_tcp_conn_bury(struct tcp_conn *c)
 {
 	struct soft_tcp *tc = c->tc;
 
@@ -519,7 +353,7 @@ static void tcp_conn_free(struct tcp_conn *c)
 	tf__free(c);
 }
 
-static void tcp_free_grave(struct soft_tcp *tc)
+void soft_tcp_free_grave(struct soft_tcp *tc)
 {
 	struct tcp_conn *c;
 
@@ -571,7 +405,7 @@ static void tcp_nodelay(int fd)
  * -errno when the socket failed (the caller tears the connection down).
  * Several frames go out in one sendmsg.  Lock: the connection's owner.
  */
-static int tcp_flush(struct tcp_conn *c)
+int soft_tcp_flush(struct tcp_conn *c)
 {
 	struct iovec iov[64];
 	struct msghdr msg = {.msg_iov = iov};
@@ -643,9 +477,9 @@ static int tcp_flush(struct tcp_conn *c)
  * Returns 0 or -ENOMEM; socket errors are left for progress to find
  * (EPOLLERR), so that submit never has to fail a QP.
  */
-static int tcp_send_frame(struct tcp_conn *c, const uint8_t *hdr, uint32_t hlen,
-			  const struct iovec *iov, uint32_t niov, size_t plen,
-			  bool req)
+int soft_tcp_send_frame(struct tcp_conn *c, const uint8_t *hdr, uint32_t hlen,
+			const struct iovec *iov, uint32_t niov, size_t plen,
+			bool req)
 {
 	size_t total = hlen + plen, sent = 0, skip, i;
 	struct tcp_txe *e;
@@ -721,27 +555,27 @@ static int tcp_send_frame(struct tcp_conn *c, const uint8_t *hdr, uint32_t hlen,
 	}
 	*c->txq_tail = e;
 	c->txq_tail = &e->next;
-	tcp_update_ev(c);
+	soft_tcp_update_ev(c);
 	return 0;
 }
 
-static int tcp_send_simple(struct tcp_conn *c, const struct soft_tcp_hdr *h)
+int soft_tcp_send_simple(struct tcp_conn *c, const struct soft_tcp_hdr *h)
 {
 	uint8_t hdr[SOFT_TCP_HDR_MAX];
 	int hl = soft_tcp_encode_hdr(h, hdr);
 
-	return tcp_send_frame(c, hdr, hl, NULL, 0, 0, false);
+	return soft_tcp_send_frame(c, hdr, hl, NULL, 0, 0, false);
 }
 
 /* Send an ACK (status 0) or NAK for request @psn.  It acknowledges every
  * earlier request too, so a pending coalesced ACK is covered. */
-static int tcp_send_ack(struct tcp_conn *c, uint32_t psn, uint8_t status)
+int soft_tcp_send_ack(struct tcp_conn *c, uint32_t psn, uint8_t status)
 {
 	struct soft_tcp_hdr h = {
 		.opcode = SOFT_TCP_OP_ACK, .psn = psn, .status = status};
 
 	c->ack_pending = false;
-	return tcp_send_simple(c, &h);
+	return soft_tcp_send_simple(c, &h);
 }
 
 /*
@@ -752,13 +586,13 @@ static int tcp_send_ack(struct tcp_conn *c, uint32_t psn, uint8_t status)
  * flush emptied its queue without resuming it, no event would ever
  * resume it.  qp->lock held.
  */
-static void tcp_flushed(struct tcp_conn *c)
+void soft_tcp_flushed(struct tcp_conn *c)
 {
 	if (c->throttled && c->tx_owned <= TCP_TX_OWNED_MAX / 2) {
 		c->throttled = false;
 		tcp_set_work(c, true);
 	}
-	tcp_update_ev(c);
+	soft_tcp_update_ev(c);
 }
 
 /* Build and send the request frame of @w.  qp->lock held. */
@@ -841,7 +675,8 @@ static int tcp_send_request(struct tcp_conn *c, struct soft_swqe *w)
 		}
 	}
 	hl = soft_tcp_encode_hdr(&h, hdr);
-	ret = tcp_send_frame(c, hdr, hl, niov ? iov : NULL, niov, h.size, true);
+	ret = soft_tcp_send_frame(c, hdr, hl, niov ? iov : NULL, niov, h.size,
+				  true);
 	if (iov != stack_iov)
 		tf__free(iov);
 	return ret;
@@ -849,7 +684,7 @@ static int tcp_send_request(struct tcp_conn *c, struct soft_swqe *w)
 
 /* Hand every submitted but unsent request to the send path, unless the
  * connection is not up or an RNR back-off is running.  qp->lock held. */
-static int tcp_push_requests(struct tcp_conn *c)
+int soft_tcp_push_requests(struct tcp_conn *c)
 {
 	int ret;
 
@@ -876,7 +711,7 @@ static int tcp_push_requests(struct tcp_conn *c)
  * will read is drained first, since closing over unread data would reset
  * the stream instead.  progress_lock.
  */
-static void tcp_close_soft(struct tcp_conn *c)
+void soft_tcp_close_soft(struct tcp_conn *c)
 {
 	char buf[4096];
 	int i;
@@ -892,7 +727,7 @@ static void tcp_close_soft(struct tcp_conn *c)
 				break;
 		}
 	}
-	tcp_conn_bury(c);
+	soft_tcp_conn_bury(c);
 }
 
 /*
@@ -901,7 +736,7 @@ static void tcp_close_soft(struct tcp_conn *c)
  * the user again once flushed), queued responses (a NAK, READ data) may
  * still drain while the connection lingers.  progress_lock and qp->lock.
  */
-static void tcp_detach(struct tcp_conn *c)
+void soft_tcp_detach(struct tcp_conn *c)
 {
 	struct soft_qp *qp = c->qp;
 	struct tcp_txe *e, *n, **tail;
@@ -930,18 +765,18 @@ static void tcp_detach(struct tcp_conn *c)
 	c->txq_tail = tail;
 	if (abort_now || c->fd < 0 || c->state == TCP_CONNECTING ||
 	    c->state == TCP_WAITING) {
-		tcp_conn_bury(c);
+		soft_tcp_conn_bury(c);
 		return;
 	}
 	if (!c->txq) {
-		tcp_close_soft(c);
+		soft_tcp_close_soft(c);
 		return;
 	}
 	/* Responses (a NAK, READ data) still queued: drain them first. */
 	c->state = TCP_LINGER;
 	c->throttled = false;
 	c->deadline_ns = tf__now_ns() + TCP_LINGER_NS;
-	tcp_update_ev(c);
+	soft_tcp_update_ev(c);
 }
 
 /*
@@ -949,7 +784,7 @@ static void tcp_detach(struct tcp_conn *c)
  * to error; its oldest outstanding send WQE completes with @why, the rest
  * are flushed.  progress_lock and qp->lock.
  */
-static void tcp_fail(struct tcp_conn *c, enum tf_wc_status why)
+void soft_tcp_fail(struct tcp_conn *c, enum tf_wc_status why)
 {
 	struct soft_qp *qp = c->qp;
 
@@ -958,9 +793,9 @@ static void tcp_fail(struct tcp_conn *c, enum tf_wc_status why)
 		 * (we are inside progress); the detach is done here. */
 		soft_engine_qp_error(qp, why);
 		if (c->qp)
-			tcp_detach(c);
+			soft_tcp_detach(c);
 	}
-	tcp_conn_bury(c);
+	soft_tcp_conn_bury(c);
 }
 
 /*
@@ -971,7 +806,7 @@ static void tcp_fail(struct tcp_conn *c, enum tf_wc_status why)
  * receives are not flushed, so a peer that merely went to error does not
  * disturb this side.  progress_lock and qp->lock.
  */
-static void tcp_lose(struct tcp_conn *c)
+void soft_tcp_lose(struct tcp_conn *c)
 {
 	if (c->ev)
 		epoll_ctl(c->tc->epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -1024,11 +859,11 @@ static int tcp_nak_fatal(struct tcp_conn *c, uint32_t psn, enum tf_wc_status st)
 {
 	struct soft_qp *qp = c->qp;
 
-	tcp_send_ack(c, psn, tcp_wire_status(st));
+	soft_tcp_send_ack(c, psn, tcp_wire_status(st));
 	if (qp) {
 		soft_engine_qp_error(qp, TF_WC_WR_FLUSH_ERR);
 		if (c->qp)
-			tcp_detach(c);
+			soft_tcp_detach(c);
 	}
 	return 1;
 }
@@ -1053,8 +888,8 @@ static enum tf_wr_opcode tcp_recv_op(unsigned op)
  * reason: dropped frames return 0), -1 for a protocol violation.
  * progress_lock and qp->lock held.
  */
-static int tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
-		     const uint8_t *payload)
+int soft_tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
+		   const uint8_t *payload)
 {
 	struct soft_qp *qp = c->qp;
 	struct soft_ctx *ctx = qp->ctx;
@@ -1139,8 +974,8 @@ static int tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
 		c->ack_pending = false;
 		/* Sent from the region, or copied into the send queue: the
 		 * access is over when this returns. */
-		st = tcp_send_frame(c, hdr, hl, &v, h->length ? 1 : 0,
-				    h->length, false)
+		st = soft_tcp_send_frame(c, hdr, hl, &v, h->length ? 1 : 0,
+					 h->length, false)
 			     ? TF_WC_REM_OP_ERR
 			     : TF_WC_SUCCESS;
 		if (h->length)
@@ -1168,7 +1003,7 @@ static int tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
 		soft_tpt_access_done(ctx);
 		c->expect_psn++;
 		c->ack_pending = false;
-		if (tcp_send_simple(c, &r))
+		if (soft_tcp_send_simple(c, &r))
 			return tcp_nak_fatal(c, h->psn, TF_WC_REM_OP_ERR);
 		return 0;
 	}
@@ -1184,7 +1019,7 @@ static int tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
 
 rnr:
 	c->resp_drop = true;
-	tcp_send_ack(c, h->psn, SOFT_TCP_ST_RNR);
+	soft_tcp_send_ack(c, h->psn, SOFT_TCP_ST_RNR);
 	return 0;
 }
 
@@ -1214,8 +1049,8 @@ static struct soft_swqe *tcp_pop(struct tcp_conn *c)
  * on, 1 when the QP went to error, -1 for a protocol violation.
  * progress_lock and qp->lock held.
  */
-static int tcp_response(struct tcp_conn *c, const struct soft_tcp_hdr *h,
-			const uint8_t *payload)
+int soft_tcp_response(struct tcp_conn *c, const struct soft_tcp_hdr *h,
+		      const uint8_t *payload)
 {
 	struct soft_qp *qp = c->qp;
 	enum tf_wc_status st;
@@ -1361,7 +1196,7 @@ static int tcp_rx_reserve(struct tcp_conn *c, size_t need)
 
 /* Read what the socket has.  Returns bytes read, 0 if none now, or
  * -errno (-ECONNRESET for EOF). */
-static ssize_t tcp_rx_read(struct tcp_conn *c)
+ssize_t soft_tcp_rx_read(struct tcp_conn *c)
 {
 	ssize_t n;
 
@@ -1425,16 +1260,16 @@ static int tcp_rx_frames(struct tcp_conn *c, int *events)
 		if (h.opcode == SOFT_TCP_OP_ACK ||
 		    h.opcode == SOFT_TCP_OP_READ_RESP ||
 		    h.opcode == SOFT_TCP_OP_ATOMIC_RESP) {
-			r = tcp_response(c, &h, c->rx + c->rx_off + r);
+			r = soft_tcp_response(c, &h, c->rx + c->rx_off + r);
 		} else {
 			if (c->tx_owned > TCP_TX_OWNED_MAX) {
 				/* The peer does not read our responses:
 				 * stop serving until it does. */
 				c->throttled = true;
-				tcp_update_ev(c);
+				soft_tcp_update_ev(c);
 				break;
 			}
-			r = tcp_serve(c, &h, c->rx + c->rx_off + r);
+			r = soft_tcp_serve(c, &h, c->rx + c->rx_off + r);
 		}
 		if (r < 0)
 			return -1;
@@ -1452,7 +1287,7 @@ static int tcp_rx_frames(struct tcp_conn *c, int *events)
 /* ---------------------------------------------------------------- set-up */
 
 /* The connector's socket is connected: send HELLO and what was queued. */
-static int tcp_connected(struct tcp_conn *c)
+int soft_tcp_connected(struct tcp_conn *c)
 {
 	struct soft_qp *qp = c->qp;
 	struct soft_tcp_hdr h = {.opcode = SOFT_TCP_OP_HELLO,
@@ -1464,10 +1299,10 @@ static int tcp_connected(struct tcp_conn *c)
 
 	c->state = TCP_UP;
 	c->last_act_ns = tf__now_ns();
-	ret = tcp_send_simple(c, &h);
+	ret = soft_tcp_send_simple(c, &h);
 	if (!ret)
-		ret = tcp_push_requests(c);
-	tcp_update_ev(c);
+		ret = soft_tcp_push_requests(c);
+	soft_tcp_update_ev(c);
 	return ret;
 }
 
@@ -1494,7 +1329,7 @@ static void tcp_adopt(struct tcp_conn *w, struct tcp_conn *p)
 		w->ev = EPOLLIN;
 	w->state = TCP_UP;
 	w->last_act_ns = tf__now_ns();
-	tcp_conn_bury(p);
+	soft_tcp_conn_bury(p);
 	/* Frames that came behind the HELLO are already buffered. */
 	if (w->rx_len)
 		tcp_set_work(w, true);
@@ -1514,7 +1349,7 @@ static bool tcp_hello_matches(const struct tcp_conn *p,
  * A pending (accepted) socket: read up to its HELLO and match it to a
  * QP.  Returns the number of events handled.  progress_lock held.
  */
-static int tcp_pending_service(struct tcp_conn *p, uint32_t events)
+int soft_tcp_pending_service(struct tcp_conn *p, uint32_t events)
 {
 	struct soft_tcp *tc = p->tc;
 	struct soft_ctx *ctx = tc->ctx;
@@ -1523,9 +1358,9 @@ static int tcp_pending_service(struct tcp_conn *p, uint32_t events)
 	int r;
 
 	if (!p->have_hello) {
-		n = tcp_rx_read(p);
+		n = soft_tcp_rx_read(p);
 		if (n < 0) {
-			tcp_conn_bury(p);
+			soft_tcp_conn_bury(p);
 			return 1;
 		}
 		r = soft_tcp_parse_hdr(p->rx + p->rx_off, p->rx_len,
@@ -1537,7 +1372,7 @@ static int tcp_pending_service(struct tcp_conn *p, uint32_t events)
 				     "connection without a valid HELLO "
 				     "(%s), closing it",
 				     r < 0 ? tf_strerror(r) : "other frame");
-			tcp_conn_bury(p);
+			soft_tcp_conn_bury(p);
 			return 1;
 		}
 		p->rx_off += r;
@@ -1547,13 +1382,13 @@ static int tcp_pending_service(struct tcp_conn *p, uint32_t events)
 				     "HELLO for another context (nonce "
 				     "%016llx), closing the connection",
 				     (unsigned long long)p->hello.dst_nonce);
-			tcp_conn_bury(p);
+			soft_tcp_conn_bury(p);
 			return 1;
 		}
 		p->have_hello = true;
 	} else if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
 		/* The connector gave up before our QP was connected. */
-		tcp_conn_bury(p);
+		soft_tcp_conn_bury(p);
 		return 1;
 	}
 	for (w = tc->conns; w; w = w->next) {
@@ -1564,7 +1399,7 @@ static int tcp_pending_service(struct tcp_conn *p, uint32_t events)
 				     "HELLO for qp %u from qp %u: not "
 				     "the peer it waits for, closing it",
 				     p->hello.dst_qpn, p->hello.src_qpn);
-			tcp_conn_bury(p);
+			soft_tcp_conn_bury(p);
 			return 1;
 		}
 		soft_qp_lock(w->qp);
@@ -1572,8 +1407,8 @@ static int tcp_pending_service(struct tcp_conn *p, uint32_t events)
 			struct soft_qp *qp = w->qp;
 
 			tcp_adopt(w, p);
-			if (tcp_push_requests(w))
-				tcp_fail(w, TF_WC_GENERAL_ERR);
+			if (soft_tcp_push_requests(w))
+				soft_tcp_fail(w, TF_WC_GENERAL_ERR);
 			soft_qp_unlock(qp);
 		} else {
 			soft_qp_unlock(w->qp);
@@ -1587,7 +1422,7 @@ static int tcp_pending_service(struct tcp_conn *p, uint32_t events)
 			     "HELLO for qp %u, which does not exist, "
 			     "closing the connection",
 			     p->hello.dst_qpn);
-		tcp_conn_bury(p);
+		soft_tcp_conn_bury(p);
 		return 1;
 	}
 	/* Stop reading until the QP connects (its data stays in the
@@ -1596,7 +1431,7 @@ static int tcp_pending_service(struct tcp_conn *p, uint32_t events)
 	return 1;
 }
 
-static int tcp_accept(struct soft_tcp *tc)
+int soft_tcp_accept(struct soft_tcp *tc)
 {
 	struct tcp_conn *c;
 	int fd, n = 0;
@@ -1642,12 +1477,12 @@ static int tcp_linger_service(struct tcp_conn *c)
 {
 	char buf[4096];
 
-	if (c->txq && tcp_flush(c)) {
-		tcp_conn_bury(c);
+	if (c->txq && soft_tcp_flush(c)) {
+		soft_tcp_conn_bury(c);
 		return 1;
 	}
 	if (!c->txq) {
-		tcp_close_soft(c);
+		soft_tcp_close_soft(c);
 		return 1;
 	}
 	/* Keep reading meanwhile: a peer blocked on its own full send
@@ -1659,12 +1494,12 @@ static int tcp_linger_service(struct tcp_conn *c)
 		if (n > 0 || (n < 0 && errno == EINTR))
 			continue;
 		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-			tcp_conn_bury(c);
+			soft_tcp_conn_bury(c);
 			return 1;
 		}
 		break;
 	}
-	tcp_update_ev(c);
+	soft_tcp_update_ev(c);
 	return 1;
 }
 
@@ -1681,7 +1516,7 @@ static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
 	soft_qp_lock(qp);
 	if (c->detach || c->qp != qp) {
 		if (c->qp == qp)
-			tcp_detach(c);
+			soft_tcp_detach(c);
 		soft_qp_unlock(qp);
 		return 1;
 	}
@@ -1705,15 +1540,15 @@ static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
 		if (err) {
 			char pb[64];
 
-			tf_log_error(SUB, "qp %u: connect to %s: %s",
-				     qp->base.qpn,
-				     tcp_fmt_peer(&qp->peer, pb, sizeof(pb)),
-				     strerror(err));
-			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+			tf_log_error(
+				SUB, "qp %u: connect to %s: %s", qp->base.qpn,
+				soft_tcp_fmt_peer(&qp->peer, pb, sizeof(pb)),
+				strerror(err));
+			soft_tcp_fail(c, TF_WC_RETRY_EXC_ERR);
 			goto out;
 		}
-		if (tcp_connected(c)) {
-			tcp_fail(c, TF_WC_GENERAL_ERR);
+		if (soft_tcp_connected(c)) {
+			soft_tcp_fail(c, TF_WC_GENERAL_ERR);
 			goto out;
 		}
 		handled++;
@@ -1722,19 +1557,19 @@ static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
 		goto out;
 
 	if (c->txq) {
-		r = tcp_flush(c);
+		r = soft_tcp_flush(c);
 		if (r) {
 			tf_log_error(SUB, "qp %u: send: %s", qp->base.qpn,
 				     strerror(-r));
-			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+			soft_tcp_fail(c, TF_WC_RETRY_EXC_ERR);
 			goto out;
 		}
-		tcp_flushed(c);
+		soft_tcp_flushed(c);
 	}
 	if (c->rnr_due_ns && tf__now_ns() >= c->rnr_due_ns) {
 		c->rnr_due_ns = 0;
-		if (tcp_push_requests(c)) {
-			tcp_fail(c, TF_WC_GENERAL_ERR);
+		if (soft_tcp_push_requests(c)) {
+			soft_tcp_fail(c, TF_WC_GENERAL_ERR);
 			goto out;
 		}
 		handled++;
@@ -1748,7 +1583,7 @@ static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
 	for (i = 0; r == 0 && !c->throttled && i < 4 &&
 		    (events & (EPOLLIN | EPOLLHUP | EPOLLERR));
 	     i++) {
-		n = tcp_rx_read(c);
+		n = soft_tcp_rx_read(c);
 		if (n < 0) {
 			if (n == -ECONNRESET)
 				tf_log_info(SUB,
@@ -1764,9 +1599,9 @@ static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
 				break;
 			if (!c->out_cnt && !c->rx_len && !c->txq &&
 			    !c->rnr_due_ns)
-				tcp_lose(c);
+				soft_tcp_lose(c);
 			else
-				tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+				soft_tcp_fail(c, TF_WC_RETRY_EXC_ERR);
 			break;
 		}
 		if (n == 0)
@@ -1776,21 +1611,21 @@ static int tcp_qp_service(struct tcp_conn *c, uint32_t events)
 			break;
 	}
 	if (r < 0) {
-		tcp_fail(c, TF_WC_REM_OP_ERR);
+		soft_tcp_fail(c, TF_WC_REM_OP_ERR);
 		goto out;
 	}
 	if (!tcp_gone(c) && c->ack_pending) {
 		/* One ACK for everything read in this pass. */
-		tcp_send_ack(c, c->ack_psn, SOFT_TCP_ST_OK);
+		soft_tcp_send_ack(c, c->ack_psn, SOFT_TCP_ST_OK);
 		/* A socket error is left for the next pass (EPOLLERR). */
 		if (c->txq && c->state == TCP_UP) {
-			tcp_flush(c);
-			tcp_flushed(c);
+			soft_tcp_flush(c);
+			soft_tcp_flushed(c);
 		}
 	}
 out:
 	if (c->detach && c->qp == qp)
-		tcp_detach(c);
+		soft_tcp_detach(c);
 	soft_qp_unlock(qp);
 	return handled;
 }
@@ -1833,7 +1668,7 @@ static void tcp_scan(struct soft_tcp *tc, uint64_t now)
 					tf_log_warn(SUB, "connection did not "
 							 "match a QP in time, "
 							 "closing it");
-				tcp_conn_bury(c);
+				soft_tcp_conn_bury(c);
 			}
 			continue;
 		}
@@ -1841,19 +1676,19 @@ static void tcp_scan(struct soft_tcp *tc, uint64_t now)
 		tcp_rx_trim(c, now);
 		if (c->detach || c->qp != qp) {
 			if (c->qp == qp)
-				tcp_detach(c);
+				soft_tcp_detach(c);
 		} else if (c->broken) {
 			tf_log_error(SUB,
 				     "qp %u: send failed, closing the "
 				     "connection",
 				     qp->base.qpn);
-			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+			soft_tcp_fail(c, TF_WC_RETRY_EXC_ERR);
 		} else if (c->state == TCP_LOST && c->out_cnt) {
 			tf_log_info(SUB,
 				    "qp %u: work posted after the peer "
 				    "closed the connection",
 				    qp->base.qpn);
-			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+			soft_tcp_fail(c, TF_WC_RETRY_EXC_ERR);
 		} else if (c->out_cnt && qp->base.timeout_ms &&
 			   /* Only a requester times out: queued responses
 			    * alone are bounded (throttle) and, as on RC, a
@@ -1871,13 +1706,13 @@ static void tcp_scan(struct soft_tcp *tc, uint64_t now)
 				     (int)c->state, c->out_cnt, c->out_sent,
 				     c->txq ? "frames" : "nothing", c->rx_len,
 				     c->ev);
-			tcp_fail(c, TF_WC_RETRY_EXC_ERR);
+			soft_tcp_fail(c, TF_WC_RETRY_EXC_ERR);
 		}
 		soft_qp_unlock(qp);
 	}
 }
 
-static int tcp_progress(struct soft_ctx *ctx)
+int soft_tcp_progress(struct soft_ctx *ctx)
 {
 	struct soft_tcp *tc = ctx->tcp_priv;
 	struct epoll_event ev[TCP_EVENTS];
@@ -1887,7 +1722,7 @@ static int tcp_progress(struct soft_ctx *ctx)
 
 	if (!tc)
 		return 0;
-	tcp_in_progress = tc;
+	soft_tcp_in_progress = tc;
 	/* Transport timeouts are judged at the time of this poll, not at the
 	 * end of the pass: what arrives after the poll is read by the next
 	 * pass only, and a pass can be long (this thread descheduled on a
@@ -1898,7 +1733,7 @@ static int tcp_progress(struct soft_ctx *ctx)
 	nev = epoll_wait(tc->epfd, ev, TCP_EVENTS, 0);
 	for (i = 0; i < nev; i++) {
 		if (ev[i].data.ptr == &tc->listen_tag) {
-			handled += tcp_accept(tc);
+			handled += soft_tcp_accept(tc);
 			continue;
 		}
 		c = ev[i].data.ptr;
@@ -1907,7 +1742,7 @@ static int tcp_progress(struct soft_ctx *ctx)
 		if (c->qp)
 			handled += tcp_qp_service(c, ev[i].events);
 		else if (c->state == TCP_PENDING)
-			handled += tcp_pending_service(c, ev[i].events);
+			handled += soft_tcp_pending_service(c, ev[i].events);
 		else if (c->state == TCP_LINGER)
 			handled += tcp_linger_service(c);
 	}
@@ -1926,8 +1761,8 @@ static int tcp_progress(struct soft_ctx *ctx)
 		tcp_scan(tc, t_poll);
 		tc->next_scan_ns = now + TCP_SCAN_NS;
 	}
-	tcp_free_grave(tc);
-	tcp_in_progress = NULL;
+	soft_tcp_free_grave(tc);
+	soft_tcp_in_progress = NULL;
 	return handled;
 }
 
@@ -2059,9 +1894,9 @@ static void tcp_ctx_fini(struct soft_ctx *ctx)
 	while ((c = tc->conns)) {
 		if (c->qp)
 			c->qp->tp_priv = NULL;
-		tcp_conn_bury(c);
+		soft_tcp_conn_bury(c);
 	}
-	tcp_free_grave(tc);
+	soft_tcp_free_grave(tc);
 	close(tc->lfd);
 	close(tc->epfd);
 	tf__free(tc);
@@ -2135,22 +1970,22 @@ static int tcp_dial(struct tcp_conn *c)
 		int err = errno;
 
 		tf_log_error(SUB, "qp %u: connect to %s: %s", qp->base.qpn,
-			     tcp_fmt_peer(&qp->peer, pb, sizeof(pb)),
+			     soft_tcp_fmt_peer(&qp->peer, pb, sizeof(pb)),
 			     strerror(err));
 		return -err;
 	}
 	c->state = TCP_CONNECTING;
-	tcp_update_ev(c);
+	soft_tcp_update_ev(c);
 	return 0;
 }
 
-static int tcp_connect(struct soft_qp *qp)
+int soft_tcp_connect(struct soft_qp *qp)
 {
 	struct soft_ctx *ctx = qp->ctx;
 	struct soft_tcp *tc = ctx->tcp_priv;
 	const struct soft_peer_addr *pa = &qp->peer;
 	struct tcp_conn *c, *p;
-	bool own_plock = tcp_in_progress != tc;
+	bool own_plock = soft_tcp_in_progress != tc;
 	int ret;
 
 	if (!tc) {
@@ -2207,7 +2042,7 @@ static int tcp_connect(struct soft_qp *qp)
 					     "closing it",
 					     p->hello.dst_qpn,
 					     p->hello.src_qpn);
-				tcp_conn_bury(p);
+				soft_tcp_conn_bury(p);
 				continue;
 			}
 			tcp_adopt(c, p);
@@ -2218,7 +2053,7 @@ static int tcp_connect(struct soft_qp *qp)
 	qp->tp_priv = c;
 	soft_qp_unlock(qp);
 	if (own_plock) {
-		tcp_free_grave(tc);
+		soft_tcp_free_grave(tc);
 		pthread_mutex_unlock(&ctx->progress_lock);
 	}
 	return 0;
@@ -2251,7 +2086,7 @@ size_t soft_tcp_tx_queued(struct soft_qp *qp)
 	return n;
 }
 
-static int tcp_submit(struct soft_qp *qp, struct soft_swqe *wqe)
+int soft_tcp_submit(struct soft_qp *qp, struct soft_swqe *wqe)
 {
 	struct tcp_conn *c = qp->tp_priv;
 	int ret;
@@ -2269,7 +2104,7 @@ static int tcp_submit(struct soft_qp *qp, struct soft_swqe *wqe)
 	c->out_cnt++;
 	if (c->state == TCP_LOST)
 		atomic_store_explicit(&c->tc->kick, true, memory_order_release);
-	ret = tcp_push_requests(c);
+	ret = soft_tcp_push_requests(c);
 	if (ret) {
 		/* Not handed to the socket: take it back (it was the last
 		 * one; earlier ones went out). */
@@ -2300,14 +2135,14 @@ static void tcp_qp_fini(struct soft_qp *qp)
 	/* Destroy: no qp->lock, and the QP is out of ctx->qps.  Progress
 	 * may still hold the connection (it reaches it through epoll, not
 	 * through ctx->qps): wait for it to finish its pass. */
-	own_plock = tcp_in_progress != tc;
+	own_plock = soft_tcp_in_progress != tc;
 	if (own_plock)
 		pthread_mutex_lock(&ctx->progress_lock);
 	if (c->qp)
-		tcp_detach(c);
+		soft_tcp_detach(c);
 	qp->tp_priv = NULL;
 	if (own_plock) {
-		tcp_free_grave(tc);
+		soft_tcp_free_grave(tc);
 		pthread_mutex_unlock(&ctx->progress_lock);
 	}
 }
@@ -2324,9 +2159,9 @@ const struct soft_transport_ops soft_tcp_transport = {
 	.ctx_init = tcp_ctx_init,
 	.ctx_fini = tcp_ctx_fini,
 	.qp_addr = tcp_qp_addr,
-	.connect = tcp_connect,
-	.submit = tcp_submit,
-	.progress = tcp_progress,
+	.connect = soft_tcp_connect,
+	.submit = soft_tcp_submit,
+	.progress = soft_tcp_progress,
 	.qp_fini = tcp_qp_fini,
 	.wait_fd = soft_tcp_event_fd,
 };

@@ -201,7 +201,7 @@ int soft_tcp_pending_service(struct tcp_conn *p, uint32_t events);
 int soft_tcp_accept(struct soft_tcp *tc);
 int soft_tcp_connect(struct soft_qp *qp);
 
-/* Send path */
+/* Send path (soft_tcp_send.c) */
 int soft_tcp_flush(struct tcp_conn *c);
 int soft_tcp_send_frame(struct tcp_conn *c, const uint8_t *hdr, uint32_t hlen,
 			const struct iovec *iov, uint32_t niov, size_t plen,

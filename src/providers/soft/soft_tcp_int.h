@@ -210,7 +210,7 @@ int soft_tcp_send_simple(struct tcp_conn *c, const struct soft_tcp_hdr *h);
 int soft_tcp_send_ack(struct tcp_conn *c, uint32_t psn, uint8_t status);
 void soft_tcp_flushed(struct tcp_conn *c);
 
-/* Requester */
+/* Requester (soft_tcp_req.c) */
 int soft_tcp_push_requests(struct tcp_conn *c);
 int soft_tcp_submit(struct soft_qp *qp, struct soft_swqe *wqe);
 int soft_tcp_response(struct tcp_conn *c, const struct soft_tcp_hdr *h,

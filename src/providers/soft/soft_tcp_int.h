@@ -216,7 +216,7 @@ int soft_tcp_submit(struct soft_qp *qp, struct soft_swqe *wqe);
 int soft_tcp_response(struct tcp_conn *c, const struct soft_tcp_hdr *h,
 		      const uint8_t *payload);
 
-/* Responder */
+/* Responder (soft_tcp_resp.c) */
 int soft_tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
 		   const uint8_t *payload);
 

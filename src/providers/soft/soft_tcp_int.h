@@ -186,7 +186,7 @@ static inline bool tcp_gone(const struct tcp_conn *c)
  * each definition gives its locking).  tcp_set_work and tcp_gone above stay
  * inline: the data path calls them from several files. */
 
-/* Connections */
+/* Connections (soft_tcp_conn.c) */
 const char *soft_tcp_fmt_peer(const struct soft_peer_addr *pa, char *buf,
 			      size_t len);
 void soft_tcp_update_ev(struct tcp_conn *c);

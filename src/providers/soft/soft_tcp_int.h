@@ -220,7 +220,7 @@ int soft_tcp_response(struct tcp_conn *c, const struct soft_tcp_hdr *h,
 int soft_tcp_serve(struct tcp_conn *c, const struct soft_tcp_hdr *h,
 		   const uint8_t *payload);
 
-/* Progress */
+/* Progress (soft_tcp_progress.c) */
 /* Set while this thread runs soft_tcp_progress for a context (see there). */
 extern __thread struct soft_tcp *soft_tcp_in_progress;
 ssize_t soft_tcp_rx_read(struct tcp_conn *c);

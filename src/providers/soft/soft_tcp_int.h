@@ -49,6 +49,8 @@
  * progress takes it (after progress_lock) before touching the connection.
  * Sockets are closed only under progress_lock, so that a descriptor number
  * is never reused while progress may still use it.
+ *
+ * Files: one role each, listed at the top of soft_int.h.
  */
 #ifndef TOLLFREE_SOFT_TCP_INT_H
 #define TOLLFREE_SOFT_TCP_INT_H

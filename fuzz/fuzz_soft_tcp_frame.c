@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_soft_tcp_frame - the soft provider's tcp frame header parser
- * (soft_tcp_parse_hdr in src/providers/soft/soft_tcp.c).
+ * (soft_tcp_parse_hdr in src/providers/soft/soft_tcp_frame.c).
  *
  * The input is a stream of frames as a peer would send them: headers are
  * parsed one after the other, skipping each accepted frame's payload, as

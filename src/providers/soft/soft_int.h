@@ -13,7 +13,18 @@
  *   soft_qp.c     the engine: QP state machine, WR validation, send/recv
  *                 queues, completions, flush, BIND_MW / LOCAL_INV
  *   soft_shm.c    transport "shm" (same host)
- *   soft_tcp.c    transport "tcp" (any host)
+ *   soft_tcp*.c   transport "tcp" (any host; how it works is described at
+ *                 the top of soft_tcp_int.h), one role per file:
+ *     soft_tcp.c           ops table, context set-up (the listener), QP
+ *                          address and fini
+ *     soft_tcp_frame.c     frame codec (pure; the "tcp wire" block below)
+ *     soft_tcp_conn.c      connection objects, set-up (dial, accept, HELLO,
+ *                          adopt) and teardown (detach, fail, close)
+ *     soft_tcp_send.c      send path: send queue, frames, flush, ACKs
+ *     soft_tcp_req.c       requester: submit, request frames, responses
+ *     soft_tcp_resp.c      responder: executing requests, NAKs
+ *     soft_tcp_progress.c  progress: receive, dispatch, linger, timeouts
+ *     soft_tcp_int.h       what these files share
  *
  * The engine talks to a transport through struct soft_transport_ops; a
  * transport talks back to the engine only through the soft_engine_*,
@@ -704,8 +715,8 @@ int soft_shm_qp_init(struct soft_qp *qp);
 void soft_shm_qp_destroy(struct soft_qp *qp);
 
 /* ---------------------------------------------------------------- tcp wire
- * requested by tcp transport: the frame codec of soft_tcp.c, exposed so that
- * tests/soft_tcp_frames.c and a fuzzer can call the pure parser directly.
+ * requested by tcp transport: the frame codec of soft_tcp_frame.c, exposed so
+ * that tests/soft_tcp_frames.c and a fuzzer can call the pure parser directly.
  *
  * Every frame starts with a 16-byte common header in network byte order:
  *   u8 version, u8 opcode, u16 flags, u16 hdr_size, u8 status, u8 reserved,

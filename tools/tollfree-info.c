@@ -184,6 +184,7 @@ static void show_var(const char *name, const char *deflt, const char *value,
 		     const char *component, const char *help, void *arg)
 {
 	struct config_walk *w = arg;
+	const char *env;
 
 	if (w->component && strcmp(w->component, component))
 		return;
@@ -207,8 +208,17 @@ static void show_var(const char *name, const char *deflt, const char *value,
 	printf("%s\n", name);
 	printf("    component: %s\n", component);
 	printf("    default:   %s\n", *deflt ? deflt : "(empty)");
-	printf("    value:     %s%s\n", *value ? value : "(empty)",
-	       strcmp(value, deflt) ? "   (from the environment)" : "");
+	env = getenv(name);
+	if (env && tf_config_check(name, env))
+		/* The library took the default (or, for a security
+		 * setting, refuses to create a node); the bad value itself
+		 * is not echoed: it may be a key. */
+		printf("    value:     INVALID in the environment (%zu "
+		       "bytes); in effect: %s\n",
+		       strlen(env), *value ? value : "(empty)");
+	else
+		printf("    value:     %s%s\n", *value ? value : "(empty)",
+		       strcmp(value, deflt) ? "   (from the environment)" : "");
 	printf("    %s\n", help);
 }
 

@@ -15,6 +15,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "session_int.h"
@@ -23,12 +24,30 @@
 #define STAT(_n, _f) \
 	atomic_fetch_add_explicit(&(_n)->_f, 1, memory_order_relaxed)
 
+/*
+ * The pre-shared key from the configuration.  Security settings fail
+ * closed: a value that did not parse (too long), an unreadable key file,
+ * or one that others may read, makes node creation fail rather than run
+ * without the authentication it asks for.  The key is never logged.
+ */
 static void psk_from_config(struct tf_node *node, const struct tf_config *cfg,
 			    int *err)
 {
 	*err = 0;
+	if (tf__config_env_invalid("SESSION_PSK") ||
+	    tf__config_env_invalid("SESSION_PSK_FILE")) {
+		tf_log_error(S,
+			     "TOLLFREE_SESSION_PSK or _PSK_FILE is not "
+			     "valid (a key is at most %d bytes): refusing "
+			     "to run without it",
+			     TF_SESS_PSK_MAX);
+		*err = -EINVAL;
+		return;
+	}
 	if (cfg->session_psk_file[0]) {
-		int fd = open(cfg->session_psk_file, O_RDONLY | O_CLOEXEC);
+		int fd = open(cfg->session_psk_file,
+			      O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+		struct stat st;
 		ssize_t n;
 		uint8_t extra;
 
@@ -36,6 +55,17 @@ static void psk_from_config(struct tf_node *node, const struct tf_config *cfg,
 			tf_log_error(S, "cannot open key file %s: %m",
 				     cfg->session_psk_file);
 			*err = -EINVAL;
+			return;
+		}
+		if (fstat(fd, &st) || !S_ISREG(st.st_mode) ||
+		    st.st_uid != geteuid() || (st.st_mode & 077)) {
+			tf_log_error(S,
+				     "key file %s must be a regular file of "
+				     "this user that no one else may read "
+				     "(chmod 600)",
+				     cfg->session_psk_file);
+			close(fd);
+			*err = -EACCES;
 			return;
 		}
 		n = read(fd, node->psk, sizeof(node->psk));
@@ -53,7 +83,16 @@ static void psk_from_config(struct tf_node *node, const struct tf_config *cfg,
 		}
 		node->psk_len = (size_t)n;
 	} else if (cfg->session_psk[0]) {
-		node->psk_len = strlen(cfg->session_psk);
+		node->psk_len = strnlen(cfg->session_psk, TF_SESS_PSK_MAX + 1);
+		if (node->psk_len > TF_SESS_PSK_MAX) {
+			tf_log_error(S,
+				     "TOLLFREE_SESSION_PSK is longer than "
+				     "%d bytes",
+				     TF_SESS_PSK_MAX);
+			node->psk_len = 0;
+			*err = -EINVAL;
+			return;
+		}
 		memcpy(node->psk, cfg->session_psk, node->psk_len);
 	}
 }
@@ -258,6 +297,7 @@ void tf_node_destroy(tf_node_t *node)
 	if (tf_pd_destroy(node->pd))
 		tf_log_warn(S, "node PD still in use at destroy");
 	pthread_mutex_destroy(&node->lock);
+	explicit_bzero(node->psk, sizeof(node->psk));
 	tf__free(node);
 }
 

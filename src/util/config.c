@@ -167,6 +167,11 @@ static void format_var(const struct cfg_var *v, const struct tf_config *cfg,
 	const void *src = (const char *)cfg + v->offset;
 	uint64_t u;
 
+	/* A secret is never shown, only whether it is set. */
+	if (v->secret) {
+		snprintf(buf, len, "%s", *(const char *)src ? "(set)" : "");
+		return;
+	}
 	switch (v->type) {
 	case CFG_STR:
 		snprintf(buf, len, "%s", (const char *)src);
@@ -264,6 +269,14 @@ void tf__config_get(struct tf_config *cfg)
 {
 	env_load();
 	*cfg = env_cfg;
+}
+
+bool tf__config_env_invalid(const char *name)
+{
+	size_t i;
+
+	env_load();
+	return find_var(name, &i) && env_invalid[i];
 }
 
 int tf__config_set(struct tf_config *cfg, const char *name, const char *value)

@@ -97,10 +97,13 @@
 	   "Registration cache: verify hits against /proc/self/pagemap and "   \
 	   "treat a changed frame as a stale miss (debug)")                    \
 	XX(session, PSK, session_psk, STR, "",                                 \
-	   "Sessions: pre-shared key (text) that peers must prove with "       \
-	   "HMAC-SHA256; empty: no authentication")                            \
+	   "Sessions: pre-shared key (text, <= 256 bytes; never printed) "     \
+	   "that authenticates and seals every session handshake; empty: "     \
+	   "no authentication.  An invalid value makes node creation fail")    \
 	XX(session, PSK_FILE, session_psk_file, STR, "",                       \
-	   "Sessions: file holding the pre-shared key (raw bytes, <= 256)")    \
+	   "Sessions: file holding the pre-shared key (raw bytes, <= 256), "   \
+	   "a regular file of this user with no group or other access "        \
+	   "(0600); anything else makes node creation fail")                   \
 	XX(session, TIMEOUT_MS, session_timeout_ms, UINT, "2000",              \
 	   "Sessions: limit on each bootstrap read, revocation and close")     \
 	XX(session, MAX_PENDING, session_max_pending, UINT, "256",             \
@@ -131,7 +134,8 @@
 	XX(verbs, MTU, verbs_mtu, UINT, "0",                                   \
 	   "Verbs provider: path MTU in bytes (0: the port's active MTU)")
 
-#define TF_CONFIG_STR_MAX 128
+/* Text values, the pre-shared key (up to 256 bytes) included. */
+#define TF_CONFIG_STR_MAX 260
 
 #define TF__CFG_CTYPE_STR      char
 #define TF__CFG_CTYPE_UINT     uint64_t
@@ -158,6 +162,10 @@ struct tf_config {
 void tf__config_get(struct tf_config *cfg);
 /* Set one field of @cfg from text, by name (without prefix). 0/-EINVAL/-ENOENT */
 int tf__config_set(struct tf_config *cfg, const char *name, const char *value);
+/* Whether the environment's value of @name (without prefix) was invalid
+ * (and the default taken instead).  Security settings use it to fail
+ * closed. */
+bool tf__config_env_invalid(const char *name);
 /* Parse a size ("64K", "inf"); 0 or -EINVAL. */
 int tf__config_parse_size(const char *s, uint64_t *out);
 

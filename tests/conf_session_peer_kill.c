@@ -125,6 +125,8 @@ static void survivor(struct tf_pair *p, tf_node_t *node)
 	       "pinned bytes %llu, %llu before the session",
 	       (unsigned long long)cs1.pinned_bytes,
 	       (unsigned long long)cs0.pinned_bytes);
+	/* The stock made a new entry for the one the session took. */
+	st_stock_settle(node);
 	CHECKF(held() == held0, "VmLck+VmPin %ld, %ld before the session",
 	       held(), held0);
 	tf_listener_destroy(l);

@@ -6,8 +6,25 @@
 #define TF_SESSION_UTIL_H
 
 #include <string.h>
+#include <unistd.h>
 
 #include "tf_test.h"
+
+/* Wait until the node's stock of connection resources is full (it is
+ * made by a background thread), so that what a test measures as its
+ * baseline (fds, locked memory, objects) does not move under it. */
+static inline void st_stock_settle(tf_node_t *node)
+{
+	tf_node_stats_t st;
+
+	for (int t = 0; t < 4 * tf_test_timeout_ms(); t++) {
+		CHECK_OK(tf_node_query_stats(node, &st));
+		if (st.stock_entries == st.stock_max)
+			return;
+		usleep(1000);
+	}
+	tf_test_fail(__FILE__, __LINE__, "the connection stock never filled");
+}
 
 /* Create a node on the pair's context with @use_mw (-1: configuration). */
 static inline tf_node_t *st_node(struct tf_pair *p, int use_mw, const void *psk,
@@ -26,6 +43,7 @@ static inline tf_node_t *st_node(struct tf_pair *p, int use_mw, const void *psk,
 		np.psk_len = psk_len;
 	}
 	CHECK_OK(tf_node_create(p->ctx, &np, &node));
+	st_stock_settle(node);
 	return node;
 }
 

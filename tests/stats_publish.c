@@ -927,6 +927,9 @@ int main(void)
 	}
 	snprintf(dump_path, sizeof(dump_path), "%s/dump", dir);
 	setenv("TOLLFREE_STATS_PUBLISH", "y", 1);
+	/* Exact object counts: no connection stock made in the background
+	 * (its QPs would count). */
+	setenv("TOLLFREE_SESSION_STOCK", "0", 1);
 	snprintf(out = malloc(160), 160, "file:%s", dump_path);
 	setenv("TOLLFREE_STATS", out, 1);
 	free(out);

@@ -164,7 +164,15 @@ typedef struct tf_node_stats {
 	 * newcomers refused because every pending one was talking. */
 	uint64_t pending_dropped;
 	uint64_t pending_refused;
-	uint64_t reserved[14];
+	/* The stock of ready connection resources (TOLLFREE_SESSION_STOCK):
+	 * entries now and the bytes their control slots pin; new
+	 * connections that took one, and that found none (cold path). */
+	uint64_t stock_entries;
+	uint64_t stock_max;
+	uint64_t stock_bytes;
+	uint64_t stock_hits;
+	uint64_t stock_misses;
+	uint64_t reserved[9];
 } tf_node_stats_t;
 
 /* tf_node_query_stats - copy the counters (read without a lock).

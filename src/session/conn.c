@@ -63,8 +63,8 @@ struct tf_conn *tf__conn_alloc(struct tf_node *node, int fd)
 	return c;
 }
 
-int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
-		    uint32_t send_depth, uint32_t recv_depth)
+int tf__conn_make_qp(struct tf_node *node, struct tf_conn *c,
+		     uint32_t send_depth, uint32_t recv_depth)
 {
 	/* The send queue has room for the session's own binds and
 	 * invalidations on top of the caller's depth. */
@@ -89,8 +89,19 @@ int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
 	}
 	c->send_depth = send_depth;
 	c->recv_depth = recv_depth;
-	STAT(node, qp_new);
 	return 0;
+}
+
+int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
+		    uint32_t send_depth, uint32_t recv_depth)
+{
+	int ret = 0;
+
+	if (!tf__stock_take(node, c, send_depth, recv_depth))
+		ret = tf__conn_make_qp(node, c, send_depth, recv_depth);
+	if (!ret)
+		STAT(node, qp_new);
+	return ret;
 }
 
 void tf__conn_destroy(struct tf_conn *c)

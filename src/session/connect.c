@@ -317,7 +317,9 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 		goto err_conn;
 	/* A control QP for the sessions after this one, if the connection
 	 * may be kept; without one they use the socket. */
-	if (node->qp_cache && !no_reuse && !tf__ctl_create(node, c)) {
+	if (!node->qp_cache || no_reuse)
+		tf__stock_give_ctl(node, c); /* the stock made one */
+	else if (!tf__ctl_create(node, c)) {
 		ctl_len = sizeof(ctl);
 		if (tf_qp_get_addr(c->ctl.qp, ctl, &ctl_len)) {
 			tf__ctl_destroy(c);

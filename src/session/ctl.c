@@ -33,6 +33,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
 #include "session_int.h"
@@ -65,14 +66,22 @@ int tf__ctl_create(struct tf_node *node, struct tf_conn *c)
 			      .max_send_wr = TF_CTL_SEND,
 			      .max_recv_wr = TF_CTL_RECV,
 			      .access = 0};
-	size_t len = (size_t)(TF_CTL_RECV + TF_CTL_SEND) * TF_CTL_SLOT;
+	size_t len = TF_CTL_BYTES;
 	int ret;
 
+	/* Taken from the stock with the connection's QP. */
+	if (k->qp)
+		return 0;
 	/* A registration of its own, released with the connection: pool
 	 * memory would stay registered after the connection is gone.  It
-	 * has local access only, and this QP accepts no remote access. */
-	k->buf = tf__malloc(len);
-	if (!k->buf) {
+	 * has local access only, and this QP accepts no remote access.
+	 * Pages of its own (not the heap's): what is pinned is the slots and
+	 * nothing that shares their pages, and the pages go back to the
+	 * system with the connection. */
+	k->buf = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (k->buf == MAP_FAILED) {
+		k->buf = NULL;
 		ret = -ENOMEM;
 		goto err;
 	}
@@ -105,7 +114,8 @@ void tf__ctl_destroy(struct tf_conn *c)
 	tf_cq_destroy(k->cq);
 	if (k->mr)
 		tf_mr_dereg(k->mr);
-	tf__free(k->buf);
+	if (k->buf)
+		munmap(k->buf, TF_CTL_BYTES);
 	memset(k, 0, sizeof(*k));
 }
 

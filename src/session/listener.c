@@ -324,8 +324,10 @@ static int server_open_new(struct tf_listener *l, struct tf_conn *c,
 	}
 	/* Without a control QP the connection still works: its later
 	 * sessions send their control messages on the socket. */
-	if (req->ctl_len && node->qp_cache && !tf__ctl_create(node, c) &&
-	    tf__ctl_connect(c, req->ctl, req->ctl_len))
+	if (!req->ctl_len || !node->qp_cache)
+		tf__stock_give_ctl(node, c); /* the stock made one */
+	else if (!tf__ctl_create(node, c) &&
+		 tf__ctl_connect(c, req->ctl, req->ctl_len))
 		tf__ctl_destroy(c);
 	c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
 	ret = tf__sess_new(node, c, true, &s);

@@ -257,10 +257,16 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 		     node->reg_mode, node->crossover,
 		     node->use_mw ? "windows" : "dedicated MRs",
 		     node->psk_len ? "on" : "off");
+	ret = tf__stock_init(node, (unsigned)cfg->session_stock);
+	if (ret)
+		goto err_rc;
 	tf__sess_stats_register(node);
 	*node_p = node;
 	return 0;
 
+err_rc:
+	tf__stock_fini(node);
+	tf_rcache_destroy(node->rc);
 err_pool:
 	tf_pool_destroy(node->pool);
 err_pd:
@@ -286,6 +292,7 @@ void tf_node_destroy(tf_node_t *node)
 	/* Unlisted first: a concurrent publisher must not read a node that
 	 * is being torn down. */
 	tf__sess_stats_unregister(node);
+	tf__stock_fini(node);
 	while ((c = node->idle.next) != &node->idle) {
 		tf__conn_unlink(c);
 		tf__conn_destroy(c);
@@ -355,5 +362,9 @@ int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
 	st->auth = node->psk_len != 0;
 	st->pending_dropped = LD(pending_dropped);
 	st->pending_refused = LD(pending_refused);
+	st->stock_entries = tf__stock_count(node, &st->stock_bytes);
+	st->stock_max = node->stock.cap;
+	st->stock_hits = LD(stock_hits);
+	st->stock_misses = LD(stock_misses);
 	return 0;
 }

@@ -38,6 +38,11 @@ static const struct tf__stats_field node_fields[] = {
 	TF__STATS_FIELD(tf_node_stats_t, auth),
 	TF__STATS_FIELD(tf_node_stats_t, pending_dropped),
 	TF__STATS_FIELD(tf_node_stats_t, pending_refused),
+	TF__STATS_FIELD(tf_node_stats_t, stock_entries),
+	TF__STATS_FIELD(tf_node_stats_t, stock_max),
+	TF__STATS_FIELD(tf_node_stats_t, stock_bytes),
+	TF__STATS_FIELD(tf_node_stats_t, stock_hits),
+	TF__STATS_FIELD(tf_node_stats_t, stock_misses),
 };
 
 static const struct tf__stats_field pool_fields[] = {

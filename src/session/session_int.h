@@ -40,6 +40,13 @@
 #define TF_CTL_SOCKET_CHECK_NS 100000ull
 #define TF_CTL_RECV	       (TF_SESSION_MAX_EXPOSURES + 8)
 #define TF_CTL_SEND	       8
+/* Bytes of a control QP's registered slots. */
+#define TF_CTL_BYTES ((size_t)(TF_CTL_RECV + TF_CTL_SEND) * TF_CTL_SLOT)
+/* Queue depths of a connection that takes from the stock (stock.c): the
+ * default of connect and accept. */
+#define TF_STOCK_DEPTH 256u
+/* Unused control QPs a stock keeps for its next entries. */
+#define TF_STOCK_SPARE 4
 
 struct tf_ctl {
 	tf_qp_t *qp;  /* NULL: this connection has no control QP */
@@ -102,6 +109,20 @@ struct tf_conn {
 	bool ctl_armed;	       /* idle: its control CQ's fd is armed */
 };
 
+/* The node's stock of ready connection resources (stock.c). */
+struct tf_stock_ent;
+struct tf_stock {
+	pthread_mutex_t lock;
+	pthread_cond_t cv; /* the refill thread waits here */
+	struct tf_stock_ent *ent;
+	unsigned n, cap;
+	pthread_t thr;
+	bool running, stop;
+	bool blocked; /* a make failed: wait for the next take */
+	struct tf_ctl spare[TF_STOCK_SPARE];
+	unsigned n_spare;
+};
+
 struct tf_node {
 	tf_context_t *ctx;
 	tf_pd_t *pd;
@@ -129,6 +150,8 @@ struct tf_node {
 	atomic_ullong expose_mr_fallback, revoke_ns, attach_pool, attach_cache;
 	atomic_ullong attach_direct, copy_bytes, slices_rented;
 	atomic_ullong pending_dropped, pending_refused;
+	atomic_ullong stock_hits, stock_misses, stock_made, stock_failed;
+	struct tf_stock stock;
 	atomic_llong windows_live;
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;
@@ -237,6 +260,10 @@ int tf__conn_send(struct tf_conn *c, unsigned ch, struct tf_wire_msg *m,
 /* Open the message in c->rx that came on channel @ch: a no-op without
  * keys, else tf__wire_unseal (with the transcript while it runs). */
 int tf__conn_open(struct tf_conn *c, unsigned ch);
+/* Make a QP and its CQ for @c (no stock); tf__conn_new_qp takes them from
+ * the stock when it can. */
+int tf__conn_make_qp(struct tf_node *node, struct tf_conn *c,
+		     uint32_t send_depth, uint32_t recv_depth);
 int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
 		    uint32_t send_depth, uint32_t recv_depth);
 void tf__conn_destroy(struct tf_conn *c);
@@ -268,6 +295,19 @@ static inline unsigned tf__sess_channel(const struct tf_session *s)
 {
 	return s->qctl ? TF_WIRE_CH_CTL : TF_WIRE_CH_SOCK;
 }
+
+/* stock.c: start the refill thread of a stock of @cap entries (0: no
+ * stock); take an entry into @c (its QP, CQ and, if made, control QP, not
+ * connected): false when there is none for these depths; entries and
+ * their control slots' bytes. */
+int tf__stock_init(struct tf_node *node, unsigned cap);
+void tf__stock_fini(struct tf_node *node);
+bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
+		    uint32_t rd);
+unsigned tf__stock_count(struct tf_node *node, uint64_t *bytes_p);
+/* @c does not need the control QP it took from the stock: keep it for
+ * the next entry (or destroy it). */
+void tf__stock_give_ctl(struct tf_node *node, struct tf_conn *c);
 
 /* node_stats.c: publish the node's counters with its context's. */
 void tf__sess_stats_register(struct tf_node *node);

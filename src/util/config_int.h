@@ -116,6 +116,10 @@
 	XX(session, HELLO_TIMEOUT_MS, session_hello_timeout_ms, UINT, "500",   \
 	   "Sessions: a new connection must send its HELLO within this "       \
 	   "(and within TOLLFREE_SESSION_TIMEOUT_MS if shorter)")              \
+	XX(session, STOCK, session_stock, UINT, "4",                           \
+	   "Sessions: connection resources (QP, CQ, control QP) a node keeps "  \
+	   "made ahead by a background thread, so that a new connection "      \
+	   "takes them instead of creating them; 0: none")                     \
 	XX(session, QP_CACHE, session_qp_cache, UINT, "16",                    \
 	   "Sessions: idle connections (QP + socket) kept for reuse; 0: none") \
 	XX(session, MW, session_mw, BOOL, "y",                                 \

@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stock.c - a node's stock of ready connection resources: a data QP with
+ * its CQ in INIT, and a control QP with its CQ and registered slots, made
+ * ahead of need by a refill thread so that a new connection takes them
+ * instead of creating them on its critical path (KRCORE hands out
+ * pre-initialized connections for the same reason).
+ *
+ * Bounds: TOLLFREE_SESSION_STOCK entries (0: no stock, no thread).  An
+ * entry holds what one connection holds (with the soft provider a QP's
+ * segments and rings; with verbs a QP in INIT), and its control slots
+ * are registered: the stock's pinned bytes are counted in the node's
+ * stats (stock_bytes) next to its entries, hits and misses.
+ *
+ * Only connections of the default queue depths take from the stock; a
+ * connect or accept with TF_SESSION_PARAM_QP of other depths, an empty
+ * stock, or a node without one creates its resources itself (the cold
+ * path, counted as a miss).  An entry whose set-up failed is discarded,
+ * never handed out.
+ *
+ * The thread sleeps on a condition variable until an entry is taken, then
+ * makes one; object creation is thread-safe in the core.  It stops, and
+ * the entries are destroyed, with the node.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "session_int.h"
+
+#define S TF_SESS_SUBSYS
+#define STAT(_n, _f) \
+	atomic_fetch_add_explicit(&(_n)->_f, 1, memory_order_relaxed)
+
+struct tf_stock_ent {
+	tf_cq_t *cq;
+	tf_qp_t *qp;
+	struct tf_ctl ctl; /* created, not connected; qp NULL: none */
+};
+
+static void ent_destroy(struct tf_stock_ent *e)
+{
+	struct tf_conn tmp;
+
+	memset(&tmp, 0, sizeof(tmp));
+	tmp.ctl = e->ctl;
+	tf__ctl_destroy(&tmp);
+	tf_qp_destroy(e->qp);
+	tf_cq_destroy(e->cq);
+}
+
+/* Make one entry, as a connection of the default depths would. */
+static int ent_make(struct tf_node *node, struct tf_stock_ent *e)
+{
+	struct tf_conn tmp;
+	int ret;
+
+	memset(&tmp, 0, sizeof(tmp));
+	tmp.node = node;
+	ret = tf__conn_make_qp(node, &tmp, TF_STOCK_DEPTH, TF_STOCK_DEPTH);
+	if (ret)
+		return ret;
+	e->cq = tmp.cq;
+	e->qp = tmp.qp;
+	memset(&e->ctl, 0, sizeof(e->ctl));
+	/* A stock made for kept connections has their control QP too: one
+	 * a connection gave back unused, or a new one. */
+	if (!node->qp_cache)
+		return 0;
+	pthread_mutex_lock(&node->stock.lock);
+	if (node->stock.n_spare)
+		tmp.ctl = node->stock.spare[--node->stock.n_spare];
+	pthread_mutex_unlock(&node->stock.lock);
+	if (tmp.ctl.qp || !tf__ctl_create(node, &tmp))
+		e->ctl = tmp.ctl;
+	return 0;
+}
+
+static void *stock_main(void *arg)
+{
+	struct tf_node *node = arg;
+	struct tf_stock *k = &node->stock;
+
+	pthread_mutex_lock(&k->lock);
+	for (;;) {
+		struct tf_stock_ent e;
+		int ret;
+
+		while (!k->stop && k->n >= k->cap)
+			pthread_cond_wait(&k->cv, &k->lock);
+		if (k->stop)
+			break;
+		/* Made outside the lock: a take never waits for a
+		 * refill. */
+		pthread_mutex_unlock(&k->lock);
+		ret = ent_make(node, &e);
+		pthread_mutex_lock(&k->lock);
+		if (ret) {
+			STAT(node, stock_failed);
+			/* Do not spin on a persistent failure (out of
+			 * memory, QP limit): the next take retries. */
+			k->blocked = true;
+			while (!k->stop && k->blocked)
+				pthread_cond_wait(&k->cv, &k->lock);
+			continue;
+		}
+		if (k->stop) {
+			ent_destroy(&e);
+			break;
+		}
+		k->ent[k->n++] = e;
+		STAT(node, stock_made);
+	}
+	pthread_mutex_unlock(&k->lock);
+	return NULL;
+}
+
+int tf__stock_init(struct tf_node *node, unsigned cap)
+{
+	struct tf_stock *k = &node->stock;
+	int ret;
+
+	memset(k, 0, sizeof(*k));
+	pthread_mutex_init(&k->lock, NULL);
+	pthread_cond_init(&k->cv, NULL);
+	if (!cap)
+		return 0;
+	k->ent = tf__calloc(cap, sizeof(*k->ent));
+	if (!k->ent)
+		return -ENOMEM;
+	k->cap = cap;
+	ret = -pthread_create(&k->thr, NULL, stock_main, node);
+	if (ret) {
+		tf_log_error(S, "cannot start the connection stock thread: %s",
+			     tf_strerror(ret));
+		tf__free(k->ent);
+		k->ent = NULL;
+		k->cap = 0;
+		return ret;
+	}
+	k->running = true;
+	return 0;
+}
+
+void tf__stock_fini(struct tf_node *node)
+{
+	struct tf_stock *k = &node->stock;
+
+	if (k->running) {
+		pthread_mutex_lock(&k->lock);
+		k->stop = true;
+		pthread_cond_signal(&k->cv);
+		pthread_mutex_unlock(&k->lock);
+		pthread_join(k->thr, NULL);
+	}
+	for (unsigned i = 0; i < k->n; i++)
+		ent_destroy(&k->ent[i]);
+	for (unsigned i = 0; i < k->n_spare; i++) {
+		struct tf_conn tmp;
+
+		memset(&tmp, 0, sizeof(tmp));
+		tmp.ctl = k->spare[i];
+		tf__ctl_destroy(&tmp);
+	}
+	tf__free(k->ent);
+	pthread_cond_destroy(&k->cv);
+	pthread_mutex_destroy(&k->lock);
+	memset(k, 0, sizeof(*k));
+}
+
+bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
+		    uint32_t rd)
+{
+	struct tf_stock *k = &node->stock;
+	struct tf_stock_ent e;
+
+	if (!k->cap || sd != TF_STOCK_DEPTH || rd != TF_STOCK_DEPTH)
+		return false;
+	pthread_mutex_lock(&k->lock);
+	if (!k->n) {
+		k->blocked = false;
+		pthread_cond_signal(&k->cv);
+		pthread_mutex_unlock(&k->lock);
+		STAT(node, stock_misses);
+		return false;
+	}
+	e = k->ent[--k->n];
+	k->blocked = false;
+	pthread_cond_signal(&k->cv);
+	pthread_mutex_unlock(&k->lock);
+	c->cq = e.cq;
+	c->qp = e.qp;
+	c->ctl = e.ctl;
+	c->send_depth = sd;
+	c->recv_depth = rd;
+	STAT(node, stock_hits);
+	return true;
+}
+
+void tf__stock_give_ctl(struct tf_node *node, struct tf_conn *c)
+{
+	struct tf_stock *k = &node->stock;
+	bool kept = false;
+
+	if (!c->ctl.qp)
+		return;
+	/* Never connected: as good as new for the next entry. */
+	if (k->cap && !c->ctl.ready) {
+		pthread_mutex_lock(&k->lock);
+		if (k->n_spare < TF_STOCK_SPARE) {
+			k->spare[k->n_spare++] = c->ctl;
+			kept = true;
+		}
+		pthread_mutex_unlock(&k->lock);
+	}
+	if (kept)
+		memset(&c->ctl, 0, sizeof(c->ctl));
+	else
+		tf__ctl_destroy(c);
+}
+
+unsigned tf__stock_count(struct tf_node *node, uint64_t *bytes_p)
+{
+	struct tf_stock *k = &node->stock;
+	unsigned n, ctl = 0;
+
+	pthread_mutex_lock(&k->lock);
+	n = k->n;
+	for (unsigned i = 0; i < n; i++)
+		ctl += k->ent[i].ctl.qp != NULL;
+	ctl += k->n_spare;
+	pthread_mutex_unlock(&k->lock);
+	*bytes_p = (uint64_t)ctl * TF_CTL_BYTES;
+	return n;
+}

@@ -318,43 +318,91 @@ static void gen_wire(const uint8_t *blob, size_t blob_len)
 }
 
 /* A client's side of the handshake for fuzz_session_accept: byte 0
- * selects the listener (1: the one with a key). */
+ * selects the listener (1: the one with a key), then the stream. */
+static void accept_seed(const char *name, uint8_t keyed, const struct stream *s)
+{
+	put("fuzz_session_accept", name, &keyed, 1, s->buf, s->len);
+}
+
+/* HELLO with (@auth) or without a key; without one it carries the
+ * client's QP @blob and private data, and @blob as its control QP too if
+ * @ctl. */
+static void accept_hello(struct stream *s, bool auth, const uint8_t *blob,
+			 size_t blob_len, bool ctl)
+{
+	uint8_t nonce[TF_WIRE_NONCE];
+	struct tf_wire_msg m;
+
+	memset(nonce, 0x3c, sizeof(nonce));
+	tf__wire_init(&m, TF_WIRE_HELLO);
+	tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+	tf__wire_put_u8(&m, auth ? TF_WIRE_HELLO_AUTH : 0);
+	if (!auth)
+		put_open(&m, blob, blob_len, "abc", ctl ? blob : NULL,
+			 ctl ? blob_len : 0);
+	tf__wire_finish(&m);
+	add_msg(s, &m);
+}
+
+/* With a key, what follows the HELLO is the plain text of the message
+ * the harness seals: its op byte, then its body. */
+static void accept_sealed(struct stream *s, enum tf_wire_op op, uint32_t reuse,
+			  const uint8_t *blob, size_t blob_len)
+{
+	struct tf_wire_msg m;
+
+	tf__wire_init(&m, op);
+	tf__wire_put_u32(&m, reuse);
+	put_open(&m, blob, blob_len, "abc", NULL, 0);
+	tf__wire_finish(&m);
+	s->buf[s->len++] = (uint8_t)op;
+	memcpy(s->buf + s->len, m.buf + TF_WIRE_HDR_SIZE,
+	       m.len - TF_WIRE_HDR_SIZE);
+	s->len += m.len - TF_WIRE_HDR_SIZE;
+}
+
 static void gen_accept(const uint8_t *blob, size_t blob_len)
 {
-	uint8_t nonce[TF_WIRE_NONCE], mac[TF_WIRE_MAC];
 	struct tf_wire_msg m;
 	struct stream s = {0};
 
-	memset(nonce, 0x3c, sizeof(nonce));
-	memset(mac, 0xc3, sizeof(mac));
-	for (int keyed = 0; keyed < 2; keyed++) {
-		s.buf[0] = (uint8_t)keyed;
-		s.len = 1;
-		tf__wire_init(&m, TF_WIRE_HELLO);
-		tf__wire_put_bytes(&m, nonce, sizeof(nonce));
-		tf__wire_finish(&m);
-		add_msg(&s, &m);
-		put("fuzz_session_accept", keyed ? "hello-keyed" : "hello",
-		    s.buf, s.len, NULL, 0);
-		tf__wire_init(&m, TF_WIRE_OPEN);
-		if (keyed)
-			tf__wire_put_bytes(&m, mac, sizeof(mac));
-		tf__wire_put_u32(&m, 0);
-		tf__wire_put_u16(&m, (uint16_t)blob_len);
-		tf__wire_put_bytes(&m, blob, blob_len);
-		tf__wire_put_u16(&m, 3);
-		tf__wire_put_bytes(&m, "abc", 3);
-		tf__wire_finish(&m);
-		add_msg(&s, &m);
-		put("fuzz_session_accept",
-		    keyed ? "hello-open-badmac" : "hello-open", s.buf, s.len,
-		    NULL, 0);
-	}
-	/* OPEN without HELLO. */
-	s.buf[0] = 0;
-	s.len = 1;
+	/* Without a key: one round trip (ACCEPT), the client's control QP
+	 * offered (refused: no QP cache), and refusals. */
+	accept_hello(&s, false, blob, blob_len, false);
+	accept_seed("hello", 0, &s);
+	s.len = 0;
+	accept_hello(&s, false, blob, blob_len, true);
+	accept_seed("hello-ctl", 0, &s);
+	s.len = 0;
+	accept_hello(&s, true, NULL, 0, false);
+	accept_seed("hello-auth-unkeyed", 0, &s);
+	s.len = 0;
+	tf__wire_init(&m, TF_WIRE_OPEN);
+	tf__wire_put_u32(&m, 0);
+	put_open(&m, blob, blob_len, "abc", NULL, 0);
+	tf__wire_finish(&m);
 	add_msg(&s, &m);
-	put("fuzz_session_accept", "open-first", s.buf, s.len, NULL, 0);
+	accept_seed("open-first", 0, &s);
+
+	/* With a key: CHALLENGE, then the sealed OPEN of a new connection
+	 * (ACCEPT), of a kept one (REJECT) and a sealed HELLO (REJECT); the
+	 * client that leaves after the challenge; a HELLO without a key. */
+	s.len = 0;
+	accept_hello(&s, true, NULL, 0, false);
+	accept_seed("keyed-hello", 1, &s);
+	accept_sealed(&s, TF_WIRE_OPEN, 0, blob, blob_len);
+	accept_seed("keyed-open", 1, &s);
+	s.len = 0;
+	accept_hello(&s, true, NULL, 0, false);
+	accept_sealed(&s, TF_WIRE_OPEN, 5, NULL, 0);
+	accept_seed("keyed-open-kept", 1, &s);
+	s.len = 0;
+	accept_hello(&s, true, NULL, 0, false);
+	accept_sealed(&s, TF_WIRE_HELLO, 0, blob, blob_len);
+	accept_seed("keyed-hello-sealed", 1, &s);
+	s.len = 0;
+	accept_hello(&s, false, blob, blob_len, false);
+	accept_seed("keyed-hello-nokey", 1, &s);
 }
 
 /* ---------------------------------------------------------------- tcp */

@@ -2,12 +2,30 @@
 /*
  * fuzz_session_accept - the server side of the session bootstrap, through
  * its public entry point tf_listener_accept: the HELLO and OPEN parsers
- * (server_hello, server_open in src/session/conn.c) are inline there,
- * and the QP address blob inside OPEN reaches the soft provider's decoder.
+ * (server_hello, server_open in src/session/listener.c), the opening of a
+ * sealed OPEN, and the QP address blob inside HELLO or OPEN, which reaches
+ * the soft provider's decoder.
  *
- * Each input is what a client sends on a fresh TCP connection to a
- * listener (then it half-closes): the listener is served until it drops
- * the connection or opens a session (closed at once).
+ * Each input is what a client sends on a fresh TCP connection to one of
+ * two listeners (then it half-closes): the listener is served until it
+ * drops the connection or opens a session (closed at once).
+ *
+ *  - Without a key, the input is sent as it is: HELLO carries the
+ *    client's QP and the server answers with ACCEPT (or REJECT).
+ *  - With a key, the harness plays the client's part that the fuzzer
+ *    cannot: it sends the input's first message (as its header delimits
+ *    it) alone, and if the server answers with a CHALLENGE, it checks the
+ *    server's proof of the key, derives the connection's keys and seals
+ *    the rest of the input as one message (byte 0: its op, modulo the
+ *    valid ones; then its plain body) bound to the transcript, as
+ *    connect.c does with OPEN.  The fuzzer so reaches the parser of the
+ *    sealed OPEN and what follows it.  Otherwise the rest goes as it is.
+ *
+ * What the server sends back is checked too: whole messages of the
+ * protocol; after a sealed OPEN, each opens with the client's keys (the
+ * first bound to the transcript) and it is never REJECT -TF_EAUTH; an
+ * ACCEPT or REJECT parses as the client would parse it, and an opened
+ * session's first answer is its ACCEPT.
  *
  * Isolation: a decodable blob makes the server connect its QP to the
  * address in it.  The fuzzer therefore runs in a network namespace of its
@@ -16,9 +34,8 @@
  * /proc/<pid>/fd of the process the blob names).  Nothing leaves the
  * process's namespace.
  *
- * Input layout: byte 0 bit 0 selects the listener (0: no key, 1: a
- * pre-shared key, so the OPEN must carry a MAC, which the fuzzer cannot
- * forge: it exercises the reject path); the rest is the stream.
+ * Input layout: byte 0 bit 0 selects the listener (0: no key, 1: the
+ * pre-shared key FUZZ_KEY); the rest is the stream.
  */
 #include <errno.h>
 #include <net/if.h>
@@ -32,6 +49,9 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "wire_int.h"
+
+#define FUZZ_KEY "fuzz key"
 
 static tf_context_t *ctx;
 static tf_node_t *node[2];
@@ -64,7 +84,6 @@ static void lo_up(void)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-	static const char key[] = "fuzz key";
 	tf_context_params_t cp = {.field_mask = TF_CONTEXT_PARAM_PROVIDER |
 						TF_CONTEXT_PARAM_TRANSPORT |
 						TF_CONTEXT_PARAM_TCP_ADDR,
@@ -87,8 +106,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 			.field_mask =
 				TF_NODE_PARAM_PSK | TF_NODE_PARAM_CROSSOVER |
 				TF_NODE_PARAM_TIMEOUT | TF_NODE_PARAM_QP_CACHE,
-			.psk = key,
-			.psk_len = i ? sizeof(key) - 1 : 0,
+			.psk = FUZZ_KEY,
+			.psk_len = i ? sizeof(FUZZ_KEY) - 1 : 0,
 			.crossover = 4096,
 			/* Short: a stuck handshake costs this per input. */
 			.timeout_ms = 50,
@@ -105,15 +124,238 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
+/* The bytes the server sent, taken message by message. */
+struct reply {
+	uint8_t buf[16384];
+	size_t len, off;
+};
+
+/* The size of the whole message at the start of what is left of @r, or
+ * 0 if it is not all there.  The server speaks only the protocol. */
+static size_t msg_len(const struct reply *r, struct tf_wire_hdr *h)
+{
+	size_t left = r->len - r->off, n;
+
+	if (left < TF_WIRE_HDR_SIZE)
+		return 0;
+	FUZZ_CHECK(tf__wire_hdr_decode(r->buf + r->off, h) == 0);
+	n = (size_t)h->hdr_size + h->size;
+	return n <= left ? n : 0;
+}
+
+/* The next whole message of @r into @rx: true, or false when none is
+ * complete. */
+static bool next_msg(struct reply *r, struct tf_wire_rx *rx)
+{
+	size_t n = msg_len(r, &rx->h);
+
+	if (!n)
+		return false;
+	memcpy(rx->hdr, r->buf + r->off, rx->h.hdr_size);
+	memcpy(rx->body, r->buf + r->off + rx->h.hdr_size, rx->h.size);
+	rx->got = n;
+	rx->have_hdr = true;
+	r->off += n;
+	return true;
+}
+
+static void send_all(int fd, const void *b, size_t n)
+{
+	const uint8_t *p = b;
+
+	/* -max_len keeps this far below the socket buffers; the server may
+	 * have hung up already (EPIPE, ECONNRESET): it read enough. */
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+			return;
+		if (w <= 0)
+			die("send", 0);
+		p += w;
+		n -= (size_t)w;
+	}
+}
+
+/*
+ * Serve listener @i and collect what it sends on @fd into @r, until it
+ * hangs up, or a whole message came (@one), or a session opened: then
+ * *@opened is set, the session is closed and what the server sent until
+ * it hung up is collected.  Bounded, since a session the server is happy
+ * with never ends by itself.
+ */
+static void serve(int i, int fd, struct reply *r, bool one, bool *opened)
+{
+	for (int rounds = 0; rounds < 50; rounds++) {
+		struct pollfd pfd[2] = {
+			{.fd = fd, .events = POLLIN},
+			{.fd = tf_listener_fd(lis[i]), .events = POLLIN}};
+		tf_session_t *s = NULL;
+		ssize_t n;
+		int ret;
+
+		if (!*opened) {
+			ret = tf_listener_accept(lis[i], NULL, 0, &s);
+			FUZZ_CHECK(ret == 0 || ret == -EAGAIN);
+			if (!ret) {
+				FUZZ_CHECK(s != NULL);
+				*opened = true;
+				/* Its connection is not kept (no QP cache):
+				 * the server hangs up after its CLOSE. */
+				tf_session_close(s);
+				one = false;
+				rounds = 0;
+			}
+		}
+		n = recv(fd, r->buf + r->len, sizeof(r->buf) - r->len,
+			 MSG_DONTWAIT);
+		if (n > 0) {
+			struct tf_wire_hdr h;
+
+			r->len += (size_t)n;
+			if (one && msg_len(r, &h))
+				return;
+			continue;
+		}
+		/* EOF: the server is done (a full buffer: it said more than
+		 * any handshake does, which the checks then refuse). */
+		if (n == 0 || errno != EAGAIN)
+			return;
+		poll(pfd, *opened ? 1 : 2, 10);
+	}
+}
+
+/* The client's side of a keyed handshake after its HELLO. */
+struct client {
+	struct tf_sess_keys *keys;
+	struct tf_transcript *ts;
+	uint8_t th[TF_WIRE_HASH]; /* what the server's answer is bound to */
+};
+
+/*
+ * The server answered @hello (@hello_len bytes as sent) with the
+ * CHALLENGE in @rx: check the server's proof, derive the keys into @cl and
+ * seal @rest (op byte, plain body) into @m as the client's next message.
+ * False if there is no @rest to seal.
+ */
+static bool client_seal(const uint8_t *hello, size_t hello_len,
+			const struct tf_wire_rx *rx, const uint8_t *rest,
+			size_t rest_len, struct client *cl,
+			struct tf_wire_msg *m)
+{
+	uint8_t fin[TF_WIRE_MAC], th[TF_WIRE_HASH], want[TF_WIRE_MAC];
+	struct tf_wire_challenge ch;
+	struct tf_wire_hdr h;
+	unsigned op;
+	size_t body;
+
+	/* The server sends only what the client parses. */
+	FUZZ_CHECK(tf__wire_parse_challenge(rx, &ch) == 0);
+	/* It challenged: the first message was a HELLO with a key. */
+	FUZZ_CHECK(tf__wire_hdr_decode(hello, &h) == 0);
+	FUZZ_CHECK(h.op == TF_WIRE_HELLO &&
+		   hello_len == (size_t)h.hdr_size + h.size);
+	FUZZ_CHECK(tf__keys_derive((const uint8_t *)FUZZ_KEY,
+				   sizeof(FUZZ_KEY) - 1, hello + h.hdr_size,
+				   ch.nonce, false, fin, &cl->keys) == 0);
+	FUZZ_CHECK(tf__transcript_new(&cl->ts) == 0);
+	FUZZ_CHECK(tf__transcript_add(cl->ts, hello, hello_len) == 0);
+	FUZZ_CHECK(tf__transcript_add(cl->ts, rx->hdr, rx->h.hdr_size) == 0);
+	FUZZ_CHECK(tf__transcript_add(cl->ts, ch.nonce, TF_WIRE_NONCE) == 0);
+	FUZZ_CHECK(tf__transcript_hash(cl->ts, th) == 0);
+	FUZZ_CHECK(tf__proof_make(fin, th, want) == 0);
+	/* The server proves the key this client has. */
+	FUZZ_CHECK(tf__proof_equal(ch.mac, want));
+	FUZZ_CHECK(tf__transcript_add(cl->ts, ch.mac, TF_WIRE_MAC) == 0);
+	if (!rest_len)
+		goto out;
+
+	/* The op byte as it is if it is valid (1..TF_WIRE_OP_MAX): the
+	 * server refuses a header of another op before it opens the message,
+	 * and its answer would then not be bound to this transcript. */
+	op = (uint8_t)(rest[0] - 1) % TF_WIRE_OP_MAX + 1;
+	tf__wire_init(m, (enum tf_wire_op)op);
+	body = rest_len - 1;
+	if (body > TF_WIRE_MAX_BODY - TF_WIRE_TAG)
+		body = TF_WIRE_MAX_BODY - TF_WIRE_TAG;
+	tf__wire_put_bytes(m, rest + 1, body);
+	FUZZ_CHECK(tf__wire_finish(m) == 0);
+	FUZZ_CHECK(tf__transcript_hash(cl->ts, th) == 0);
+	FUZZ_CHECK(tf__wire_seal(cl->keys, TF_WIRE_CH_SOCK, m, th) == 0);
+	FUZZ_CHECK(tf__transcript_add_msg(cl->ts, m) == 0);
+	FUZZ_CHECK(tf__transcript_hash(cl->ts, cl->th) == 0);
+	return true;
+out:
+	tf__keys_free(cl->keys);
+	cl->keys = NULL;
+	return false;
+}
+
+/* Check what the server sent after the client's last message: opened
+ * with @cl's keys if it has some. */
+static void check_reply(struct reply *r, struct client *cl, bool opened)
+{
+	static struct tf_wire_rx rx; /* 4 KiB: not on the fuzzer's stack */
+	bool first = true;
+
+	while (next_msg(r, &rx)) {
+		struct tf_wire_accept acc;
+		int err;
+
+		if (cl->keys) {
+			/* Only the handshake's last answer is bound to the
+			 * transcript: the session's CLOSE is numbered. */
+			FUZZ_CHECK(tf__wire_unseal(cl->keys, TF_WIRE_CH_SOCK,
+						   &rx,
+						   first ? cl->th : NULL) == 0);
+		}
+		FUZZ_CHECK(!opened || !first || rx.h.op == TF_WIRE_ACCEPT);
+		switch (rx.h.op) {
+		case TF_WIRE_ACCEPT:
+			FUZZ_CHECK(first && opened);
+			FUZZ_CHECK(tf__wire_parse_accept(&rx, &acc) == 0);
+			/* A new connection's: the server's QP, no control
+			 * QP (no QP cache), nothing exposed yet. */
+			FUZZ_CHECK(acc.conn_id && acc.blob_len && !acc.ctl_len);
+			FUZZ_CHECK(acc.exps.n == 0);
+			break;
+		case TF_WIRE_REJECT:
+			FUZZ_CHECK(first && !opened);
+			FUZZ_CHECK(tf__wire_parse_reject(&rx, &err) == 0);
+			/* The server opens what the client sealed. */
+			FUZZ_CHECK(!cl->keys || err != -TF_EAUTH);
+			break;
+		case TF_WIRE_CLOSE:
+			FUZZ_CHECK(!first && opened);
+			break;
+		default:
+			FUZZ_CHECK(!"the server sent an unexpected message");
+		}
+		first = false;
+	}
+	/* Nothing but whole messages. */
+	FUZZ_CHECK(r->off == r->len);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+	static struct reply r;
+	static struct tf_wire_msg m;
+	static struct tf_wire_rx rx;
 	struct sockaddr_in sa = {.sin_family = AF_INET,
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	int i, fd, rounds;
+	struct client cl = {0};
+	bool opened = false, sealed = false;
+	size_t first = 0;
+	int i, fd;
 
 	if (size < 1)
 		return 0;
 	i = data[0] & 1;
+	data++;
+	size--;
 	sa.sin_port = htons(port[i]);
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -136,46 +378,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			die("connect to the listener", 0);
 		}
 	}
-	/* -max_len keeps this far below the socket buffers. */
-	for (size_t off = 1; off < size;) {
-		ssize_t n = write(fd, data + off, size - off);
+	r.len = r.off = 0;
+	/* With a key: the first message alone, if it is all there, and the
+	 * server's answer to it. */
+	if (i && size >= TF_WIRE_HDR_SIZE) {
+		struct tf_wire_hdr h;
 
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			die("write", 0);
-		off += (size_t)n;
-	}
-	shutdown(fd, SHUT_WR);
-	/* Serve until the server hangs up on us (it read everything and
-	 * dropped or rejected us) or a session opens; bounded, since a
-	 * session the server is happy with never ends by itself. */
-	for (rounds = 0; rounds < 50; rounds++) {
-		struct pollfd pfd[2] = {
-			{.fd = fd, .events = POLLIN},
-			{.fd = tf_listener_fd(lis[i]), .events = POLLIN}};
-		tf_session_t *s = NULL;
-		char buf[512];
-		ssize_t n;
-		int ret = tf_listener_accept(lis[i], NULL, 0, &s);
-
-		FUZZ_CHECK(ret == 0 || ret == -EAGAIN);
-		if (!ret) {
-			FUZZ_CHECK(s != NULL);
-			close(fd);
-			fd = -1;
-			tf_session_close(s);
-			break;
+		if (!tf__wire_hdr_decode(data, &h) &&
+		    (size_t)h.hdr_size + h.size <= size) {
+			first = (size_t)h.hdr_size + h.size;
+			send_all(fd, data, first);
+			serve(i, fd, &r, true, &opened);
+			/* A CHALLENGE is answered here; anything else is
+			 * looked at with what follows. */
+			if (next_msg(&r, &rx) && rx.h.op == TF_WIRE_CHALLENGE)
+				sealed = client_seal(data, first, &rx,
+						     data + first, size - first,
+						     &cl, &m);
+			else
+				r.off = 0;
 		}
-		/* Drain what the server sent; EOF means it is done. */
-		n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
-		if (n == 0 || (n < 0 && errno != EAGAIN))
-			break;
-		if (n < 0)
-			poll(pfd, 2, 10);
 	}
-	if (fd >= 0)
-		close(fd);
+	if (sealed)
+		send_all(fd, m.buf, m.len);
+	else
+		send_all(fd, data + first, size - first);
+	shutdown(fd, SHUT_WR);
+	serve(i, fd, &r, false, &opened);
+	check_reply(&r, &cl, opened);
+	close(fd);
+	tf__keys_free(cl.keys);
+	tf__transcript_free(cl.ts);
 	/* Let the listener notice the close, so connections do not pile
 	 * up across inputs. */
 	(void)tf_listener_accept(lis[i], NULL, 0, &(tf_session_t *){NULL});

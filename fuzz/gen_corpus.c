@@ -17,6 +17,7 @@
 #include "stats_fmt.h"
 #include "wire_int.h"
 #include "fuzz_common.h"
+#include "fuzz_seal.h"
 #include "soft_int.h"
 #include "verbs_blob.h"
 
@@ -77,6 +78,141 @@ static void put_exposures(struct tf_wire_msg *m, unsigned n)
 	}
 }
 
+/* The fields of OPEN after its connection id (HELLO carries them too). */
+static void put_open(struct tf_wire_msg *m, const uint8_t *blob,
+		     size_t blob_len, const char *priv, const uint8_t *ctl,
+		     size_t ctl_len)
+{
+	size_t priv_len = priv ? strlen(priv) : 0;
+
+	tf__wire_put_u16(m, (uint16_t)blob_len);
+	tf__wire_put_bytes(m, blob, blob_len);
+	tf__wire_put_u16(m, (uint16_t)priv_len);
+	tf__wire_put_bytes(m, priv, priv_len);
+	tf__wire_put_u16(m, (uint16_t)ctl_len);
+	tf__wire_put_bytes(m, ctl, ctl_len);
+}
+
+/* Seal the finished @m as the client of fuzz_seal.h's connection does,
+ * on channel @ch, bound to the fixed transcript hash if @th, and append
+ * it to @s (with @ext zero bytes of header extension, for a header whose
+ * hdr_size says so). */
+static void add_sealed(struct stream *s, struct tf_sess_keys *k, unsigned ch,
+		       bool th, struct tf_wire_msg *m, size_t ext)
+{
+	uint8_t hash[TF_WIRE_HASH];
+	int ret;
+
+	memset(hash, FUZZ_SEAL_TH_BYTE, sizeof(hash));
+	ret = tf__wire_seal(k, ch, m, th ? hash : NULL);
+	if (ret) {
+		fprintf(stderr, "seal of %s: %s\n", tf__wire_op_name(m->buf[5]),
+			tf_strerror(ret));
+		failures++;
+		return;
+	}
+	memcpy(s->buf + s->len, m->buf, TF_WIRE_HDR_SIZE);
+	memset(s->buf + s->len + TF_WIRE_HDR_SIZE, 0, ext);
+	memcpy(s->buf + s->len + TF_WIRE_HDR_SIZE + ext,
+	       m->buf + TF_WIRE_HDR_SIZE, m->len - TF_WIRE_HDR_SIZE);
+	s->len += m->len + ext;
+}
+
+/* Finished messages for gen_sealed. */
+static void open_new(struct tf_wire_msg *m, const uint8_t *blob,
+		     size_t blob_len)
+{
+	tf__wire_init(m, TF_WIRE_OPEN);
+	tf__wire_put_u32(m, 0);
+	put_open(m, blob, blob_len, "hello", NULL, 0);
+	tf__wire_finish(m);
+}
+
+static void expose(struct tf_wire_msg *m, unsigned n)
+{
+	tf__wire_init(m, TF_WIRE_EXPOSE);
+	put_exposures(m, n);
+	tf__wire_finish(m);
+}
+
+static void msg_close(struct tf_wire_msg *m)
+{
+	tf__wire_init(m, TF_WIRE_CLOSE);
+	tf__wire_finish(m);
+}
+
+/* Sealed seeds: byte 1 bit 0 of fuzz_wire's input binds the socket
+ * channel's messages to the transcript hash (a handshake). */
+static void gen_sealed(const uint8_t *blob, size_t blob_len)
+{
+	struct tf_sess_keys *k = NULL;
+	struct tf_wire_msg m;
+	struct stream s;
+
+#define SEALED(_name, _chunk, _hs, _body)                           \
+	do {                                                        \
+		s.len = 0;                                          \
+		if (fuzz_seal_keys(false, &k)) {                    \
+			fprintf(stderr, "key derivation failed\n"); \
+			failures++;                                 \
+			return;                                     \
+		}                                                   \
+		_body;                                              \
+		wire_seed(_name, _chunk, _hs, &s);                  \
+		tf__keys_free(k);                                   \
+	} while (0)
+	/* A new authenticated connection's OPEN, and the server's answers
+	 * (the parsers do not care who sealed). */
+	SEALED("sealed-open", 0, 1, open_new(&m, blob, blob_len);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0));
+	SEALED("sealed-accept", 0, 1, tf__wire_init(&m, TF_WIRE_ACCEPT);
+	       tf__wire_put_u32(&m, 1);
+	       tf__wire_put_u16(&m, (uint16_t)blob_len);
+	       tf__wire_put_bytes(&m, blob, blob_len); tf__wire_put_u16(&m, 0);
+	       put_exposures(&m, 1); tf__wire_finish(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0));
+	SEALED("sealed-reject", 0, 1, tf__wire_init(&m, TF_WIRE_REJECT);
+	       tf__wire_put_u32(&m, TF_EAUTH); tf__wire_finish(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0));
+	/* A kept connection's next OPEN on the control QP. */
+	SEALED("sealed-open-kept", 0, 0, tf__wire_init(&m, TF_WIRE_OPEN);
+	       tf__wire_put_u32(&m, 9); put_open(&m, NULL, 0, "abc", NULL, 0);
+	       tf__wire_finish(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_CTL, false, &m, 0));
+	/* Both channels interleaved, each numbered on its own; once as a
+	 * handshake followed by the session's messages, once in pieces. */
+	SEALED("sealed-stream", 0, 1, open_new(&m, blob, blob_len);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0); expose(&m, 2);
+	       add_sealed(&s, k, TF_WIRE_CH_CTL, false, &m, 0); expose(&m, 1);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0); msg_close(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_CTL, false, &m, 0); msg_close(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0));
+	SEALED("sealed-stream-split", 7, 0, expose(&m, 3);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, false, &m, 0); msg_close(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_CTL, false, &m, 0); expose(&m, 1);
+	       add_sealed(&s, k, TF_WIRE_CH_CTL, false, &m, 0); msg_close(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, false, &m, 0));
+	/* The same message twice: the copy must not open. */
+	SEALED("sealed-replay", 0, 0, msg_close(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, false, &m, 0);
+	       memcpy(s.buf + s.len, s.buf, s.len); s.len *= 2);
+	/* A header of a later version (hdr_size 24): its first 16 bytes are
+	 * authenticated, the extension is skipped. */
+	SEALED("sealed-hdr-extended", 0, 0, tf__wire_init(&m, TF_WIRE_CLOSE);
+	       m.buf[9] = 24; tf__wire_finish(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, false, &m, 8));
+	/* The largest sealed body (TF_WIRE_MAX_BODY): an OPEN whose last
+	 * field is followed by bytes the parser ignores. */
+	SEALED("sealed-max", 0, 1, tf__wire_init(&m, TF_WIRE_OPEN);
+	       tf__wire_put_u32(&m, 0);
+	       put_open(&m, blob, blob_len, "", blob, blob_len);
+	       while (m.len < TF_WIRE_HDR_SIZE + TF_WIRE_MAX_BODY - TF_WIRE_TAG)
+		       tf__wire_put_u8(&m, 0xee);
+	       tf__wire_finish(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0));
+#undef SEALED
+}
+
 static void gen_wire(const uint8_t *blob, size_t blob_len)
 {
 	uint8_t nonce[TF_WIRE_NONCE], mac[TF_WIRE_MAC];
@@ -96,27 +232,32 @@ static void gen_wire(const uint8_t *blob, size_t blob_len)
 		wire_seed(_name, _chunk, _flags, &s); \
 	} while (0)
 
+	/* With a key, HELLO is the nonce alone; without one it carries the
+	 * OPEN's fields. */
 	MSG("hello", 0, 0, tf__wire_init(&m, TF_WIRE_HELLO);
-	    tf__wire_put_bytes(&m, nonce, sizeof(nonce)));
-	MSG("challenge", 0, 0, tf__wire_init(&m, TF_WIRE_CHALLENGE);
 	    tf__wire_put_bytes(&m, nonce, sizeof(nonce));
-	    tf__wire_put_u8(&m, 0));
-	MSG("challenge-auth", 3, 0, tf__wire_init(&m, TF_WIRE_CHALLENGE);
+	    tf__wire_put_u8(&m, TF_WIRE_HELLO_AUTH));
+	MSG("hello-open", 0, 0, tf__wire_init(&m, TF_WIRE_HELLO);
 	    tf__wire_put_bytes(&m, nonce, sizeof(nonce));
-	    tf__wire_put_u8(&m, 1); tf__wire_put_bytes(&m, mac, sizeof(mac)));
+	    tf__wire_put_u8(&m, 0);
+	    put_open(&m, blob, blob_len, "hello", NULL, 0));
+	MSG("hello-open-ctl", 5, 0, tf__wire_init(&m, TF_WIRE_HELLO);
+	    tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+	    tf__wire_put_u8(&m, 0);
+	    put_open(&m, blob, blob_len, NULL, blob, blob_len));
+	MSG("challenge", 3, 0, tf__wire_init(&m, TF_WIRE_CHALLENGE);
+	    tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+	    tf__wire_put_bytes(&m, mac, sizeof(mac)));
+	/* OPEN of a new connection (the plain text of the sealed one) and
+	 * of a kept one (its id, no blobs). */
 	MSG("open", 0, 0, tf__wire_init(&m, TF_WIRE_OPEN);
-	    tf__wire_put_u32(&m, 0); tf__wire_put_u16(&m, (uint16_t)blob_len);
-	    tf__wire_put_bytes(&m, blob, blob_len); tf__wire_put_u16(&m, 5);
-	    tf__wire_put_bytes(&m, "hello", 5));
-	MSG("open-auth", 7, 1, tf__wire_init(&m, TF_WIRE_OPEN);
-	    tf__wire_put_bytes(&m, mac, sizeof(mac)); tf__wire_put_u32(&m, 9);
-	    tf__wire_put_u16(&m, (uint16_t)blob_len);
-	    tf__wire_put_bytes(&m, blob, blob_len); tf__wire_put_u16(&m, 0));
+	    tf__wire_put_u32(&m, 0);
+	    put_open(&m, blob, blob_len, "hello", NULL, 0));
 	MSG("open-ctl", 0, 0, tf__wire_init(&m, TF_WIRE_OPEN);
-	    tf__wire_put_u32(&m, 0); tf__wire_put_u16(&m, (uint16_t)blob_len);
-	    tf__wire_put_bytes(&m, blob, blob_len); tf__wire_put_u16(&m, 0);
-	    tf__wire_put_u16(&m, (uint16_t)blob_len);
-	    tf__wire_put_bytes(&m, blob, blob_len));
+	    tf__wire_put_u32(&m, 0);
+	    put_open(&m, blob, blob_len, NULL, blob, blob_len));
+	MSG("open-kept", 7, 0, tf__wire_init(&m, TF_WIRE_OPEN);
+	    tf__wire_put_u32(&m, 9); put_open(&m, NULL, 0, "abc", NULL, 0));
 	MSG("accept", 0, 0, tf__wire_init(&m, TF_WIRE_ACCEPT);
 	    tf__wire_put_u32(&m, 1); tf__wire_put_u16(&m, (uint16_t)blob_len);
 	    tf__wire_put_bytes(&m, blob, blob_len);
@@ -152,7 +293,7 @@ static void gen_wire(const uint8_t *blob, size_t blob_len)
 		s.len = sizeof(b);
 		wire_seed("hdr-extended", 0, 0, &s);
 		h.hdr_size = 16;
-		h.version = 2;
+		h.version = TF_WIRE_VERSION - 1;
 		tf__wire_hdr_encode(&h, s.buf);
 		s.len = 16;
 		wire_seed("edge-version", 0, 0, &s);
@@ -168,47 +309,100 @@ static void gen_wire(const uint8_t *blob, size_t blob_len)
 		h.op = TF_WIRE_OP_MAX + 1;
 		tf__wire_hdr_encode(&h, s.buf);
 		wire_seed("edge-op", 0, 0, &s);
+		h.op = TF_WIRE_CLOSE;
+		h.flags = 2;
+		tf__wire_hdr_encode(&h, s.buf);
+		wire_seed("edge-flags", 0, 0, &s);
 	}
+	gen_sealed(blob, blob_len);
 }
 
 /* A client's side of the handshake for fuzz_session_accept: byte 0
- * selects the listener (1: the one with a key). */
+ * selects the listener (1: the one with a key), then the stream. */
+static void accept_seed(const char *name, uint8_t keyed, const struct stream *s)
+{
+	put("fuzz_session_accept", name, &keyed, 1, s->buf, s->len);
+}
+
+/* HELLO with (@auth) or without a key; without one it carries the
+ * client's QP @blob and private data, and @blob as its control QP too if
+ * @ctl. */
+static void accept_hello(struct stream *s, bool auth, const uint8_t *blob,
+			 size_t blob_len, bool ctl)
+{
+	uint8_t nonce[TF_WIRE_NONCE];
+	struct tf_wire_msg m;
+
+	memset(nonce, 0x3c, sizeof(nonce));
+	tf__wire_init(&m, TF_WIRE_HELLO);
+	tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+	tf__wire_put_u8(&m, auth ? TF_WIRE_HELLO_AUTH : 0);
+	if (!auth)
+		put_open(&m, blob, blob_len, "abc", ctl ? blob : NULL,
+			 ctl ? blob_len : 0);
+	tf__wire_finish(&m);
+	add_msg(s, &m);
+}
+
+/* With a key, what follows the HELLO is the plain text of the message
+ * the harness seals: its op byte, then its body. */
+static void accept_sealed(struct stream *s, enum tf_wire_op op, uint32_t reuse,
+			  const uint8_t *blob, size_t blob_len)
+{
+	struct tf_wire_msg m;
+
+	tf__wire_init(&m, op);
+	tf__wire_put_u32(&m, reuse);
+	put_open(&m, blob, blob_len, "abc", NULL, 0);
+	tf__wire_finish(&m);
+	s->buf[s->len++] = (uint8_t)op;
+	memcpy(s->buf + s->len, m.buf + TF_WIRE_HDR_SIZE,
+	       m.len - TF_WIRE_HDR_SIZE);
+	s->len += m.len - TF_WIRE_HDR_SIZE;
+}
+
 static void gen_accept(const uint8_t *blob, size_t blob_len)
 {
-	uint8_t nonce[TF_WIRE_NONCE], mac[TF_WIRE_MAC];
 	struct tf_wire_msg m;
 	struct stream s = {0};
 
-	memset(nonce, 0x3c, sizeof(nonce));
-	memset(mac, 0xc3, sizeof(mac));
-	for (int keyed = 0; keyed < 2; keyed++) {
-		s.buf[0] = (uint8_t)keyed;
-		s.len = 1;
-		tf__wire_init(&m, TF_WIRE_HELLO);
-		tf__wire_put_bytes(&m, nonce, sizeof(nonce));
-		tf__wire_finish(&m);
-		add_msg(&s, &m);
-		put("fuzz_session_accept", keyed ? "hello-keyed" : "hello",
-		    s.buf, s.len, NULL, 0);
-		tf__wire_init(&m, TF_WIRE_OPEN);
-		if (keyed)
-			tf__wire_put_bytes(&m, mac, sizeof(mac));
-		tf__wire_put_u32(&m, 0);
-		tf__wire_put_u16(&m, (uint16_t)blob_len);
-		tf__wire_put_bytes(&m, blob, blob_len);
-		tf__wire_put_u16(&m, 3);
-		tf__wire_put_bytes(&m, "abc", 3);
-		tf__wire_finish(&m);
-		add_msg(&s, &m);
-		put("fuzz_session_accept",
-		    keyed ? "hello-open-badmac" : "hello-open", s.buf, s.len,
-		    NULL, 0);
-	}
-	/* OPEN without HELLO. */
-	s.buf[0] = 0;
-	s.len = 1;
+	/* Without a key: one round trip (ACCEPT), the client's control QP
+	 * offered (refused: no QP cache), and refusals. */
+	accept_hello(&s, false, blob, blob_len, false);
+	accept_seed("hello", 0, &s);
+	s.len = 0;
+	accept_hello(&s, false, blob, blob_len, true);
+	accept_seed("hello-ctl", 0, &s);
+	s.len = 0;
+	accept_hello(&s, true, NULL, 0, false);
+	accept_seed("hello-auth-unkeyed", 0, &s);
+	s.len = 0;
+	tf__wire_init(&m, TF_WIRE_OPEN);
+	tf__wire_put_u32(&m, 0);
+	put_open(&m, blob, blob_len, "abc", NULL, 0);
+	tf__wire_finish(&m);
 	add_msg(&s, &m);
-	put("fuzz_session_accept", "open-first", s.buf, s.len, NULL, 0);
+	accept_seed("open-first", 0, &s);
+
+	/* With a key: CHALLENGE, then the sealed OPEN of a new connection
+	 * (ACCEPT), of a kept one (REJECT) and a sealed HELLO (REJECT); the
+	 * client that leaves after the challenge; a HELLO without a key. */
+	s.len = 0;
+	accept_hello(&s, true, NULL, 0, false);
+	accept_seed("keyed-hello", 1, &s);
+	accept_sealed(&s, TF_WIRE_OPEN, 0, blob, blob_len);
+	accept_seed("keyed-open", 1, &s);
+	s.len = 0;
+	accept_hello(&s, true, NULL, 0, false);
+	accept_sealed(&s, TF_WIRE_OPEN, 5, NULL, 0);
+	accept_seed("keyed-open-kept", 1, &s);
+	s.len = 0;
+	accept_hello(&s, true, NULL, 0, false);
+	accept_sealed(&s, TF_WIRE_HELLO, 0, blob, blob_len);
+	accept_seed("keyed-hello-sealed", 1, &s);
+	s.len = 0;
+	accept_hello(&s, false, blob, blob_len, false);
+	accept_seed("keyed-hello-nokey", 1, &s);
 }
 
 /* ---------------------------------------------------------------- tcp */

@@ -166,6 +166,24 @@ int bench_opts_open_ctx(const struct bench_opts *o, tf_context_t **ctx_p);
 int bench_common_opt(int c, const char *arg, struct bench_common *b);
 int parse_uint(const char *arg, const char *what, unsigned min, unsigned *out);
 
+/* Sockets (bench_sock.c).  Move exactly @len bytes of @buf; a socket
+ * that would block (non-blocking, or past its SO_RCVTIMEO/SO_SNDTIMEO) is
+ * waited for in poll(2) up to @timeout_ms (< 0: forever).  0, -EPIPE (the
+ * peer closed), -ETIMEDOUT or -errno. */
+int sock_full(int fd, void *buf, size_t len, bool wr, int timeout_ms);
+/* Split "HOST:PORT" or "[V6]:PORT" (numeric); -1 reported. */
+int sock_split_hostport(const char *arg, char *host, size_t hlen,
+			uint16_t *port);
+/* A listening TCP socket on @host:@port (0: ephemeral), SO_REUSEADDR;
+ * *@bound receives the port.  The fd, or -1 reported. */
+int sock_listen(const char *host, uint16_t port, uint16_t *bound);
+/* TCP_NODELAY, and blocking calls that give up after @timeout_ms
+ * instead of hanging on a dead peer (sock_full then reports it). */
+void sock_nodelay(int fd, int timeout_ms);
+/* A blocking connect to @host:@port, then sock_nodelay: the fd or
+ * -errno. */
+int sock_connect(const char *host, uint16_t port, int timeout_ms);
+
 int cmd_lat(int argc, char **argv);
 int cmd_reg(int argc, char **argv);
 int cmd_crr(int argc, char **argv);

@@ -154,49 +154,18 @@ static void ch_hton(struct ch_msg *m)
 		w[i] = htonl(w[i]);
 }
 
-static int io_full(int fd, void *buf, size_t len, bool wr, int timeout_ms)
-{
-	uint8_t *p = buf;
-
-	while (len) {
-		ssize_t n = wr ? send(fd, p, len, MSG_NOSIGNAL)
-			       : recv(fd, p, len, 0);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			struct pollfd pfd = {.fd = fd,
-					     .events = wr ? POLLOUT : POLLIN};
-			int r = poll(&pfd, 1, timeout_ms);
-
-			if (r == 0)
-				return -ETIMEDOUT;
-			if (r < 0 && errno != EINTR)
-				return -errno;
-			continue;
-		}
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EPIPE;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static int ch_send(int fd, struct ch_msg *m)
 {
 	struct ch_msg w = *m;
 
 	w.magic = CH_MAGIC;
 	ch_hton(&w);
-	return io_full(fd, &w, sizeof(w), true, CRR_TIMEOUT_MS);
+	return sock_full(fd, &w, sizeof(w), true, CRR_TIMEOUT_MS);
 }
 
 static int ch_recv(int fd, struct ch_msg *m, uint32_t type)
 {
-	int ret = io_full(fd, m, sizeof(*m), false, CRR_TIMEOUT_MS);
+	int ret = sock_full(fd, m, sizeof(*m), false, CRR_TIMEOUT_MS);
 
 	if (ret)
 		return ret;
@@ -204,108 +173,6 @@ static int ch_recv(int fd, struct ch_msg *m, uint32_t type)
 	if (m->magic != CH_MAGIC || m->type != type)
 		return -EPROTO;
 	return 0;
-}
-
-/* Split "HOST:PORT" or "[V6]:PORT". */
-static int split_hostport(const char *arg, char *host, size_t hlen,
-			  uint16_t *port)
-{
-	const char *colon = strrchr(arg, ':');
-	unsigned long v;
-	size_t n;
-	char *end;
-
-	if (!colon || colon == arg)
-		goto bad;
-	n = (size_t)(colon - arg);
-	if (arg[0] == '[' && n >= 2 && arg[n - 1] == ']') {
-		arg++;
-		n -= 2;
-	}
-	if (n + 1 > hlen)
-		goto bad;
-	memcpy(host, arg, n);
-	host[n] = '\0';
-	errno = 0;
-	v = strtoul(colon + 1, &end, 10);
-	if (errno || *end || end == colon + 1 || v > 65535)
-		goto bad;
-	*port = (uint16_t)v;
-	return 0;
-bad:
-	fail("bad address '%s' (want HOST:PORT, numeric)", arg);
-	return -1;
-}
-
-static int tcp_listen(const char *host, uint16_t port, uint16_t *bound)
-{
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	struct addrinfo *ai;
-	char ps[8];
-	int fd, one = 1;
-
-	snprintf(ps, sizeof(ps), "%u", port);
-	if (getaddrinfo(host, ps, &hints, &ai)) {
-		fail("bad listen address '%s'", host);
-		return -1;
-	}
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-	    bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 128) ||
-	    getsockname(fd, (struct sockaddr *)&ss, &sl)) {
-		fail("listening on %s:%u: %m", host, port);
-		if (fd >= 0)
-			close(fd);
-		freeaddrinfo(ai);
-		return -1;
-	}
-	freeaddrinfo(ai);
-	*bound = ntohs(ss.ss_family == AF_INET6
-			       ? ((struct sockaddr_in6 *)&ss)->sin6_port
-			       : ((struct sockaddr_in *)&ss)->sin_port);
-	return fd;
-}
-
-/* No Nagle delay; and blocking calls give up after the bench timeout
- * (then io_full reports it) instead of hanging on a dead peer. */
-static void set_nodelay(int fd)
-{
-	struct timeval tv = {.tv_sec = CRR_TIMEOUT_MS / 1000};
-	int one = 1;
-
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-}
-
-static int tcp_connect(const char *host, uint16_t port)
-{
-	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_NUMERICHOST};
-	struct addrinfo *ai;
-	char ps[8];
-	int fd;
-
-	snprintf(ps, sizeof(ps), "%u", port);
-	if (getaddrinfo(host, ps, &hints, &ai))
-		return -EINVAL;
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		fd = -errno;
-	} else if (connect(fd, ai->ai_addr, ai->ai_addrlen)) {
-		int e = -errno;
-
-		close(fd);
-		fd = e;
-	} else {
-		set_nodelay(fd);
-	}
-	freeaddrinfo(ai);
-	return fd;
 }
 
 /* ------------------------------------------------------------ nodes */
@@ -564,7 +431,7 @@ static int srv_tcp_accept(struct srv *sv)
 			close(fd);
 			continue;
 		}
-		set_nodelay(fd);
+		sock_nodelay(fd, CRR_TIMEOUT_MS);
 		sv->tcp[i].fd = fd;
 		sv->tcp[i].got = 0;
 		if (srv_epoll_add(sv, fd, TAG_TCP_CONN + (uint64_t)i))
@@ -593,7 +460,8 @@ static int srv_tcp_echo(struct srv *sv, struct srv_tcp *t)
 		if (t->got < sv->size)
 			continue;
 		t->got = 0;
-		if (io_full(t->fd, sv->echo, sv->size, true, CRR_TIMEOUT_MS)) {
+		if (sock_full(t->fd, sv->echo, sv->size, true,
+			      CRR_TIMEOUT_MS)) {
 			close(t->fd);
 			t->fd = -1;
 			return 0;
@@ -651,7 +519,7 @@ static int crr_server(const struct crr_opts *o, int chlfd, const char *host,
 		fail("server: accepting the bench channel: %m");
 		return -1;
 	}
-	set_nodelay(sv.ch);
+	sock_nodelay(sv.ch, CRR_TIMEOUT_MS);
 	ret = ch_recv(sv.ch, &m, CH_HELLO);
 	if (ret || m.a > OP_SEND || !m.b || m.b > CRR_MAX_K || !m.c ||
 	    m.c > CRR_MAX_SIZE) {
@@ -696,7 +564,7 @@ static int crr_server(const struct crr_opts *o, int chlfd, const char *host,
 		if (ret)
 			goto out;
 	}
-	sv.lfd = tcp_listen(host, 0, &tport);
+	sv.lfd = sock_listen(host, 0, &tport);
 	if (sv.lfd < 0 || fcntl(sv.lfd, F_SETFL, O_NONBLOCK)) {
 		ret = -1;
 		goto out;
@@ -972,12 +840,12 @@ static int one_warm(struct cli *c, unsigned mode, bool record)
 static int tcp_exchange(struct cli *c, int fd)
 {
 	for (unsigned i = 0; i < c->o->k; i++) {
-		int ret =
-			io_full(fd, c->tbuf, c->o->size, true, CRR_TIMEOUT_MS);
+		int ret = sock_full(fd, c->tbuf, c->o->size, true,
+				    CRR_TIMEOUT_MS);
 
 		if (!ret)
-			ret = io_full(fd, c->tbuf, c->o->size, false,
-				      CRR_TIMEOUT_MS);
+			ret = sock_full(fd, c->tbuf, c->o->size, false,
+					CRR_TIMEOUT_MS);
 		if (ret) {
 			fail("tcp exchange: %s", tf_strerror(ret));
 			return ret;
@@ -993,7 +861,8 @@ static int one_tcp(struct cli *c, unsigned mode, bool record)
 	int fd, ret;
 
 	t[0] = now_ns();
-	fd = crr ? tcp_connect(c->host, c->ports[R_COUNT]) : c->rr_fd;
+	fd = crr ? sock_connect(c->host, c->ports[R_COUNT], CRR_TIMEOUT_MS)
+		 : c->rr_fd;
 	t[1] = t[2] = now_ns();
 	if (fd < 0) {
 		fail("tcp connect: %s", tf_strerror(fd));
@@ -1024,7 +893,8 @@ static int run_batch(struct cli *c, unsigned mode, unsigned count, bool record)
 		if (ret)
 			return ret;
 	} else if (md->kind == K_TCP_RR) {
-		c->rr_fd = tcp_connect(c->host, c->ports[R_COUNT]);
+		c->rr_fd = sock_connect(c->host, c->ports[R_COUNT],
+					CRR_TIMEOUT_MS);
 		if (c->rr_fd < 0) {
 			fail("tcp connect: %s", tf_strerror(c->rr_fd));
 			return c->rr_fd;
@@ -1495,9 +1365,9 @@ int cmd_crr(int argc, char **argv)
 		return 2;
 	pick_cpus(&cpu_c, &cpu_s);
 	if (o.server) {
-		if (split_hostport(o.server, host, sizeof(host), &port))
+		if (sock_split_hostport(o.server, host, sizeof(host), &port))
 			return 2;
-		lfd = tcp_listen(host, port, &port);
+		lfd = sock_listen(host, port, &port);
 		if (lfd < 0)
 			return 1;
 		fprintf(stderr, "%s: serving on %s:%u\n", prog, host, port);
@@ -1506,9 +1376,9 @@ int cmd_crr(int argc, char **argv)
 		return ret ? 1 : 0;
 	}
 	if (o.connect) {
-		if (split_hostport(o.connect, host, sizeof(host), &port))
+		if (sock_split_hostport(o.connect, host, sizeof(host), &port))
 			return 2;
-		ch = tcp_connect(host, port);
+		ch = sock_connect(host, port, CRR_TIMEOUT_MS);
 		if (ch < 0) {
 			fail("connecting to %s: %s", o.connect,
 			     tf_strerror(ch));
@@ -1522,7 +1392,7 @@ int cmd_crr(int argc, char **argv)
 	/* Loopback: the server is a child, pinned to the second CPU, the
 	 * client to the first; contexts are opened after the fork. */
 	snprintf(host, sizeof(host), "127.0.0.1");
-	lfd = tcp_listen(host, 0, &port);
+	lfd = sock_listen(host, 0, &port);
 	if (lfd < 0)
 		return 1;
 	if (cpu_s < 0)
@@ -1543,7 +1413,7 @@ int cmd_crr(int argc, char **argv)
 		_exit(ret ? 1 : 0);
 	}
 	close(lfd);
-	ch = tcp_connect(host, port);
+	ch = sock_connect(host, port, CRR_TIMEOUT_MS);
 	if (ch < 0) {
 		fail("connecting to the server: %s", tf_strerror(ch));
 		kill(pid, SIGTERM);

@@ -84,27 +84,17 @@ struct lat_side {
 	bool spin_yield;    /* one CPU: let the peer run */
 };
 
-static int sock_full(int fd, void *buf, size_t len, bool wr)
+/* The whole of @buf over the socketpair, with lat's messages. */
+static int lat_sock(int fd, void *buf, size_t len, bool wr)
 {
-	uint8_t *p = buf;
+	int ret = sock_full(fd, buf, len, wr, -1);
 
-	while (len) {
-		ssize_t n = wr ? write(fd, p, len) : read(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			fail("socketpair %s: %m", wr ? "write" : "read");
-			return -EIO;
-		}
-		if (n == 0) {
-			fail("peer process went away");
-			return -EPIPE;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	if (ret == -EPIPE || ret == -ECONNRESET)
+		fail("peer process went away");
+	else if (ret)
+		fail("socketpair %s: %s", wr ? "write" : "read",
+		     tf_strerror(ret));
+	return ret;
 }
 
 /* Both sides call this; it returns when both have reached it. */
@@ -113,9 +103,9 @@ static int lat_barrier(struct lat_side *s)
 	uint8_t b = 'B';
 	int ret;
 
-	ret = sock_full(s->sock, &b, 1, true);
+	ret = lat_sock(s->sock, &b, 1, true);
 	if (!ret)
-		ret = sock_full(s->sock, &b, 1, false);
+		ret = lat_sock(s->sock, &b, 1, false);
 	if (!ret && b != 'B') {
 		fail("peer process is out of step");
 		ret = -EPROTO;
@@ -421,7 +411,7 @@ static int lat_read(struct lat_side *s, uint64_t size, unsigned total,
 				samples[i - warm] = (double)(now_ns() - t0);
 		}
 		b = 'D';
-		return sock_full(s->sock, &b, 1, true);
+		return lat_sock(s->sock, &b, 1, true);
 	}
 	for (;;) {
 		ret = tf_context_progress(s->ctx);
@@ -535,9 +525,9 @@ static int lat_setup(struct lat_side *s)
 		return ret;
 	}
 	me.addr_len = (uint32_t)len;
-	ret = sock_full(s->sock, &me, sizeof(me), true);
+	ret = lat_sock(s->sock, &me, sizeof(me), true);
 	if (!ret)
-		ret = sock_full(s->sock, &s->peer, sizeof(s->peer), false);
+		ret = lat_sock(s->sock, &s->peer, sizeof(s->peer), false);
 	if (ret)
 		return ret;
 	if (s->peer.magic != LAT_MAGIC || !s->peer.addr_len ||

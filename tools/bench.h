@@ -183,6 +183,12 @@ void sock_nodelay(int fd, int timeout_ms);
 /* A blocking connect to @host:@port, then sock_nodelay: the fd or
  * -errno. */
 int sock_connect(const char *host, uint16_t port, int timeout_ms);
+/* The busy-polling twins: sock_full with MSG_DONTWAIT retried at once,
+ * never sleeping (the socket's blocking mode does not matter); a
+ * non-blocking connect spun to completion, TCP_NODELAY, the fd left
+ * non-blocking. */
+int sock_full_spin(int fd, void *buf, size_t len, bool wr, int timeout_ms);
+int sock_connect_spin(const char *host, uint16_t port, int timeout_ms);
 
 int cmd_lat(int argc, char **argv);
 int cmd_reg(int argc, char **argv);

@@ -25,12 +25,15 @@
  * Each step from direct to pool+mw changes one thing.  References: "warm"
  * (the K transfers on a session already open, memory already exposed: the
  * floor), "tcp-crr" (TCP connect, K request/response exchanges of S bytes,
- * close) and "tcp-rr" (the exchanges on one kept TCP connection).  All
- * modes run in one process run, round-robin in batches, so that drift on
- * a shared machine hits them alike.
+ * close) and "tcp-rr" (the exchanges on one kept TCP connection), each
+ * with blocking sockets and, as "-spin", with both sides busy-polling
+ * non-blocking ones: tollfree's waits spin, so the fair comparison is with
+ * TCP that spins too.  All modes run in one process run, round-robin in
+ * batches, so that drift on a shared machine hits them alike.
  *
  * The server is one thread serving everything with a busy loop: one
- * listener (and node) per registration strategy, a TCP echo listener and a
+ * listener (and node) per registration strategy, two TCP echo listeners
+ * (one waited for in epoll, one busy-polled) and a
  * control connection to the client (the "bench channel": parameters,
  * ports, and after each session the server's own revocation time).
  * Timings are measured on the client; "revoke" is the server's, the side
@@ -65,8 +68,10 @@ const struct crr_mode crr_modes[] = {
 	{"pool+mw/new", K_SESSION, R_POOLMW, false},
 	{"pool+mw/reuse", K_SESSION, R_POOLMW, true},
 	{"warm", K_WARM, R_POOLMW, true},
-	{"tcp-crr", K_TCP_CRR, 0, false},
-	{"tcp-rr", K_TCP_RR, 0, true},
+	{"tcp-crr", K_TCP_CRR, 0, false, false},
+	{"tcp-crr-spin", K_TCP_CRR, 0, false, true},
+	{"tcp-rr", K_TCP_RR, 0, true, false},
+	{"tcp-rr-spin", K_TCP_RR, 0, true, true},
 };
 
 const char *const op_names[3] = {"write", "read", "send"};
@@ -86,6 +91,7 @@ int ch_send(int fd, struct ch_msg *m)
 	struct ch_msg w = *m;
 
 	w.magic = CH_MAGIC;
+	w.version = CH_VERSION;
 	ch_hton(&w);
 	return sock_full(fd, &w, sizeof(w), true, CRR_TIMEOUT_MS);
 }
@@ -97,7 +103,7 @@ int ch_recv(int fd, struct ch_msg *m, uint32_t type)
 	if (ret)
 		return ret;
 	ch_hton(m); /* ntohl is the same permutation */
-	if (m->magic != CH_MAGIC || m->type != type)
+	if (m->magic != CH_MAGIC || m->version != CH_VERSION || m->type != type)
 		return -EPROTO;
 	return 0;
 }

@@ -39,10 +39,11 @@ struct crr_mode {
 	enum crr_kind kind;
 	int reg;    /* enum crr_reg (K_SESSION; warm uses pool+mw) */
 	bool reuse; /* K_SESSION: take kept connections */
+	bool spin;  /* K_TCP_*: both sides busy-poll non-blocking sockets */
 };
 
 /* The modes, in the order of the table (bench_crr.c). */
-#define NMODES 11
+#define NMODES 13
 extern const struct crr_mode crr_modes[NMODES];
 
 enum crr_op {
@@ -76,7 +77,7 @@ struct crr_opts {
 /* The bench channel: fixed little-endian-free binary records (both ends
  * convert with htonl/ntohl), checked on receipt. */
 #define CH_MAGIC   0x74666372u /* "tfcr" */
-#define CH_VERSION 1
+#define CH_VERSION 2
 
 enum ch_type {
 	CH_HELLO = 1, /* client: op, k, size */
@@ -85,12 +86,21 @@ enum ch_type {
 	CH_BYE,	      /* client: done */
 };
 
+/* The server's ports, as CH_PORTS lists them: one listener per
+ * registration strategy, then the TCP echo listeners. */
+enum crr_port {
+	P_TCP = R_COUNT, /* tcp-crr, tcp-rr: the echo server waits */
+	P_TCP_SPIN,	 /* tcp-crr-spin, tcp-rr-spin: it busy-polls */
+	P_COUNT,
+};
+
 struct ch_msg {
 	uint32_t magic;
+	uint32_t version; /* CH_VERSION: both sides run the same build */
 	uint32_t type;
-	uint32_t a, b, c;	     /* hello: op, k, size; record: status */
-	uint32_t ports[R_COUNT + 1]; /* R_COUNT: the TCP echo port */
-	uint32_t ns_hi, ns_lo;	     /* record: revoke ns */
+	uint32_t a, b, c;	 /* hello: op, k, size; record: status */
+	uint32_t ports[P_COUNT]; /* ports: enum crr_port */
+	uint32_t ns_hi, ns_lo;	 /* record: revoke ns */
 };
 
 int ch_send(int fd, struct ch_msg *m);

@@ -31,6 +31,7 @@ struct srv_sess {
 struct srv_tcp {
 	int fd;
 	size_t got; /* bytes of the current request */
+	bool spin;  /* from the busy-polling listener: polled every turn */
 };
 
 struct srv {
@@ -41,9 +42,10 @@ struct srv {
 	tf_context_t *ctx;
 	tf_node_t *node[R_COUNT];
 	tf_listener_t *l[R_COUNT];
-	void *buf[R_COUNT]; /* the server's user buffer per strategy */
-	int lfd, ch, epfd;
-	uint8_t *echo; /* TCP echo buffer, size bytes */
+	void *buf[R_COUNT];	 /* the server's user buffer per strategy */
+	int lfd, slfd, ch, epfd; /* TCP echo listeners: waiting, spinning */
+	unsigned n_spin;	 /* open connections of slfd */
+	uint8_t *echo;		 /* TCP echo buffer, size bytes */
 	struct srv_sess act[SRV_MAX_ACTIVE];
 	struct srv_tcp tcp[SRV_MAX_TCP];
 };
@@ -54,9 +56,10 @@ struct srv {
 #define SRV_LOOK_NS 20000ull
 
 /* Epoll tags: listeners 0..R_COUNT-1, then these. */
-#define TAG_TCP_LISTEN 100
-#define TAG_CHANNEL    101
-#define TAG_TCP_CONN   200 /* + index */
+#define TAG_TCP_LISTEN	    100
+#define TAG_CHANNEL	    101
+#define TAG_TCP_SPIN_LISTEN 102
+#define TAG_TCP_CONN	    200 /* + index */
 
 static int srv_epoll_add(struct srv *sv, int fd, uint64_t tag)
 {
@@ -200,12 +203,23 @@ static int srv_serve(struct srv *sv, struct srv_sess *a)
 	return ch_send(sv->ch, &m);
 }
 
-static int srv_tcp_accept(struct srv *sv)
+static void srv_tcp_close(struct srv *sv, struct srv_tcp *t)
+{
+	close(t->fd); /* also leaves the epoll set */
+	t->fd = -1;
+	if (t->spin)
+		sv->n_spin--;
+}
+
+/* Take the connections waiting on @lfd; @spin: the busy-polling echo
+ * listener, whose connections are polled on every turn instead of
+ * waited for in epoll. */
+static int srv_tcp_accept(struct srv *sv, int lfd, bool spin)
 {
 	int fd, i;
 
-	while ((fd = accept4(sv->lfd, NULL, NULL,
-			     SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
+	while ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >=
+	       0) {
 		for (i = 0; i < SRV_MAX_TCP && sv->tcp[i].fd >= 0; i++)
 			;
 		if (i == SRV_MAX_TCP) {
@@ -215,39 +229,58 @@ static int srv_tcp_accept(struct srv *sv)
 		sock_nodelay(fd, CRR_TIMEOUT_MS);
 		sv->tcp[i].fd = fd;
 		sv->tcp[i].got = 0;
-		if (srv_epoll_add(sv, fd, TAG_TCP_CONN + (uint64_t)i))
+		sv->tcp[i].spin = spin;
+		if (spin)
+			sv->n_spin++;
+		else if (srv_epoll_add(sv, fd, TAG_TCP_CONN + (uint64_t)i))
 			return -1;
 	}
 	return 0;
 }
 
-/* Echo every complete request of S bytes; close at end of file. */
+/* Echo every complete request of S bytes; close at end of file.  A
+ * spinning connection also answers without ever sleeping. */
 static int srv_tcp_echo(struct srv *sv, struct srv_tcp *t)
 {
 	for (;;) {
-		ssize_t n =
-			recv(t->fd, sv->echo + t->got, sv->size - t->got, 0);
+		ssize_t n = recv(t->fd, sv->echo + t->got, sv->size - t->got,
+				 MSG_DONTWAIT);
+		int ret;
 
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return 0;
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			close(t->fd); /* also leaves the epoll set */
-			t->fd = -1;
+			srv_tcp_close(sv, t);
 			return 0;
 		}
 		t->got += (size_t)n;
 		if (t->got < sv->size)
 			continue;
 		t->got = 0;
-		if (sock_full(t->fd, sv->echo, sv->size, true,
-			      CRR_TIMEOUT_MS)) {
-			close(t->fd);
-			t->fd = -1;
+		ret = t->spin ? sock_full_spin(t->fd, sv->echo, sv->size, true,
+					       CRR_TIMEOUT_MS)
+			      : sock_full(t->fd, sv->echo, sv->size, true,
+					  CRR_TIMEOUT_MS);
+		if (ret) {
+			srv_tcp_close(sv, t);
 			return 0;
 		}
 	}
+}
+
+/* One turn of the busy-polling echo server: accept on its non-blocking
+ * listener, then look at each of its connections (a recv with
+ * MSG_DONTWAIT each). */
+static int srv_tcp_spin(struct srv *sv)
+{
+	int ret = srv_tcp_accept(sv, sv->slfd, true);
+
+	for (int i = 0; i < SRV_MAX_TCP && !ret && sv->n_spin; i++)
+		if (sv->tcp[i].fd >= 0 && sv->tcp[i].spin)
+			ret = srv_tcp_echo(sv, &sv->tcp[i]);
+	return ret;
 }
 
 static void srv_teardown(struct srv *sv)
@@ -267,6 +300,8 @@ static void srv_teardown(struct srv *sv)
 		close(sv->epfd);
 	if (sv->lfd >= 0)
 		close(sv->lfd);
+	if (sv->slfd >= 0)
+		close(sv->slfd);
 	free(sv->echo);
 	tf_context_close(sv->ctx);
 }
@@ -279,7 +314,7 @@ static void srv_teardown(struct srv *sv)
  */
 int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 {
-	struct srv sv = {.o = o, .lfd = -1, .ch = -1, .epfd = -1};
+	struct srv sv = {.o = o, .lfd = -1, .slfd = -1, .ch = -1, .epfd = -1};
 	/* The server busy-polls (below), so its listeners poll the control
 	 * QPs of kept connections rather than arming them. */
 	tf_listener_params_t lp = {.field_mask = TF_LISTENER_PARAM_ADDR |
@@ -349,8 +384,18 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 		ret = -1;
 		goto out;
 	}
-	m.ports[R_COUNT] = tport;
+	m.ports[P_TCP] = tport;
+	sv.slfd = sock_listen(host, 0, &tport);
+	if (sv.slfd < 0 || fcntl(sv.slfd, F_SETFL, O_NONBLOCK)) {
+		ret = -1;
+		goto out;
+	}
+	m.ports[P_TCP_SPIN] = tport;
 	ret = srv_epoll_add(&sv, sv.lfd, TAG_TCP_LISTEN);
+	/* The spinning listener is accepted on every busy turn; in epoll
+	 * too, so that a connection ends a nap. */
+	if (!ret)
+		ret = srv_epoll_add(&sv, sv.slfd, TAG_TCP_SPIN_LISTEN);
 	if (!ret)
 		ret = srv_epoll_add(&sv, sv.ch, TAG_CHANNEL);
 	if (!ret)
@@ -376,7 +421,9 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 		for (int i = 0; i < SRV_MAX_ACTIVE; i++)
 			active = active || sv.act[i].s;
 		now = now_ns();
-		busy = active;
+		/* A busy-polling echo connection keeps the server spinning
+		 * as long as it is open, as its client does. */
+		busy = active || sv.n_spin;
 		if (busy)
 			last_busy = now;
 		else
@@ -407,7 +454,9 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 			if (tag < R_COUNT) {
 				continue; /* served above */
 			} else if (tag == TAG_TCP_LISTEN) {
-				ret = srv_tcp_accept(&sv);
+				ret = srv_tcp_accept(&sv, sv.lfd, false);
+			} else if (tag == TAG_TCP_SPIN_LISTEN) {
+				ret = srv_tcp_accept(&sv, sv.slfd, true);
 			} else if (tag == TAG_CHANNEL) {
 				/* Only BYE (or the client's end) comes. */
 				ret = ch_recv(sv.ch, &m, CH_BYE);
@@ -424,6 +473,9 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 			if (ret)
 				goto out;
 		}
+		ret = srv_tcp_spin(&sv);
+		if (ret)
+			goto out;
 	serve:
 		for (int i = 0; i < SRV_MAX_ACTIVE; i++) {
 			if (!sv.act[i].s)

@@ -160,3 +160,87 @@ int sock_connect(const char *host, uint16_t port, int timeout_ms)
 	freeaddrinfo(ai);
 	return fd;
 }
+
+/* ------------------------------------------------------------ busy-polling
+ * The references that spin, as a busy-polling server or client would:
+ * every call is non-blocking (MSG_DONTWAIT, a non-blocking connect) and
+ * retried at once, so no wait ever sleeps.  The clock is read only every
+ * WAIT_CHECK_EVERY turns, to bound a wait for a dead peer. */
+
+int sock_full_spin(int fd, void *buf, size_t len, bool wr, int timeout_ms)
+{
+	uint64_t deadline = 0;
+	unsigned spins = 0;
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = wr ? send(fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL)
+			       : recv(fd, p, len, MSG_DONTWAIT);
+
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -EPIPE;
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			return -errno;
+		if (++spins % WAIT_CHECK_EVERY)
+			continue;
+		if (!deadline)
+			deadline = now_ns() + (uint64_t)timeout_ms * 1000000;
+		else if (now_ns() > deadline)
+			return -ETIMEDOUT;
+	}
+	return 0;
+}
+
+int sock_connect_spin(const char *host, uint16_t port, int timeout_ms)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICHOST};
+	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000;
+	struct pollfd pfd = {.events = POLLOUT};
+	struct addrinfo *ai;
+	socklen_t sl = sizeof(int);
+	int fd, err = 0, one = 1;
+	char ps[8];
+
+	snprintf(ps, sizeof(ps), "%u", port);
+	if (getaddrinfo(host, ps, &hints, &ai))
+		return -EINVAL;
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0) {
+		err = -errno;
+		goto out;
+	}
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS) {
+		err = -errno;
+		goto err_close;
+	}
+	/* A zero-timeout poll per turn: the handshake completes in the
+	 * kernel while this side spins, as it would in an event loop that
+	 * never sleeps. */
+	pfd.fd = fd;
+	while (!poll(&pfd, 1, 0)) {
+		if (now_ns() > deadline) {
+			err = -ETIMEDOUT;
+			goto err_close;
+		}
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &sl) || err) {
+		err = err ? -err : -errno;
+		goto err_close;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	freeaddrinfo(ai);
+	return fd;
+
+err_close:
+	close(fd);
+out:
+	freeaddrinfo(ai);
+	return err;
+}

@@ -20,7 +20,9 @@
  *   pool+mw  copies into pool slices, exposures through a type-2 window
  *            bound per session (the full tollfree path);
  *   new      a new connection (TCP + QP) per session;
- *   reuse    the node's cache of kept connections.
+ *   reuse    the node's cache of kept connections;
+ *   new+psk  new, with a pre-shared key on both nodes: every handshake
+ *            proves the key in both directions (HMAC-SHA256).
  *
  * Each step from direct to pool+mw changes one thing.  References: "warm"
  * (the K transfers on a session already open, memory already exposed: the
@@ -54,7 +56,8 @@
 
 /* ------------------------------------------------------------ modes */
 
-const char *const reg_names[R_COUNT] = {"direct", "cache", "pool", "pool+mw"};
+const char *const reg_names[R_COUNT] = {"direct", "cache", "pool", "pool+mw",
+					"pool+mw+psk"};
 
 /* Sized by the initializer: a count that differs from NMODES (bench_crr.h)
  * conflicts with its declaration there and does not compile. */
@@ -66,6 +69,7 @@ const struct crr_mode crr_modes[] = {
 	{"pool/new", K_SESSION, R_POOL, false},
 	{"pool/reuse", K_SESSION, R_POOL, true},
 	{"pool+mw/new", K_SESSION, R_POOLMW, false},
+	{"pool+mw/new+psk", K_SESSION, R_POOLMW_PSK, false},
 	{"pool+mw/reuse", K_SESSION, R_POOLMW, true},
 	{"warm", K_WARM, R_POOLMW, true},
 	{"tcp-crr", K_TCP_CRR, 0, false, false},
@@ -127,7 +131,7 @@ int node_for(tf_context_t *ctx, int reg, uint64_t size, tf_node_t **n)
 		.reg_mode = reg == R_DIRECT  ? TF_REG_DIRECT
 			    : reg == R_CACHE ? TF_REG_CACHE
 					     : TF_REG_POOL,
-		.use_mw = reg == R_POOLMW,
+		.use_mw = reg == R_POOLMW || reg == R_POOLMW_PSK,
 		/* Irrelevant with an explicit mode; set so that the node
 		 * does not spend time measuring it. */
 		.crossover = size,
@@ -135,8 +139,14 @@ int node_for(tf_context_t *ctx, int reg, uint64_t size, tf_node_t **n)
 		 * a slow sample, not a failure. */
 		.timeout_ms = CRR_TIMEOUT_MS,
 	};
-	int ret = tf_node_create(ctx, &np, n);
+	int ret;
 
+	if (reg == R_POOLMW_PSK) {
+		np.field_mask |= TF_NODE_PARAM_PSK;
+		np.psk = CRR_PSK;
+		np.psk_len = sizeof(CRR_PSK) - 1;
+	}
+	ret = tf_node_create(ctx, &np, n);
 	if (ret)
 		fail("creating the %s node: %s", reg_names[reg],
 		     tf_strerror(ret));

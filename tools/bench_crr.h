@@ -22,6 +22,7 @@ enum crr_reg {
 	R_CACHE,
 	R_POOL,
 	R_POOLMW,
+	R_POOLMW_PSK, /* pool+mw with a pre-shared key on both nodes */
 	R_COUNT,
 };
 
@@ -43,7 +44,7 @@ struct crr_mode {
 };
 
 /* The modes, in the order of the table (bench_crr.c). */
-#define NMODES 13
+#define NMODES 14
 extern const struct crr_mode crr_modes[NMODES];
 
 enum crr_op {
@@ -58,6 +59,9 @@ extern const char *const op_names[3];
 #define CRR_MAX_K      1024
 #define CRR_MAX_SIZE   (16u << 20)
 #define CRR_TIMEOUT_MS 10000
+/* The pre-shared key of the +psk mode's nodes, the same in every build:
+ * what is measured is the key proof in the handshake, not secrecy. */
+#define CRR_PSK "tollfree-bench crr pre-shared key"
 /* Connect private data of the warm session. */
 #define WARM_PRIV "warm"
 

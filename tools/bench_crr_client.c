@@ -334,6 +334,8 @@ static void print_ratios(const struct report *r, FILE *f)
 		 "median: direct/reuse over pool+mw/reuse (x faster)"},
 		{"pool+mw/reuse", "warm", false,
 		 "median: pool+mw/reuse over warm (session overhead)"},
+		{"pool+mw/new+psk", "pool+mw/new", false,
+		 "median: pool+mw/new+psk over pool+mw/new (key proof)"},
 		/* tollfree's client busy-polls: the fair references are
 		 * the TCP ones that busy-poll too. */
 		{"pool+mw/new", "tcp-crr-spin", false,

@@ -155,11 +155,11 @@ static void emit_sized(const struct report *r, enum out_fmt fmt, FILE *f)
 }
 
 /* Columns of the modes table: header and rows share them. */
-#define MODE_COLS_FMT                                                     \
-	"%-14s %9s %11s %11s %11s %11s %11s %11s %11s | %8s %8s %8s %8s " \
+#define MODE_COLS_FMT                                                    \
+	"%-*s %9s %11s %11s %11s %11s %11s %11s %11s | %8s %8s %8s %8s " \
 	"%8s\n"
-#define MODE_ROW_FMT                                                    \
-	"%-14s %9u %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %11.0f | " \
+#define MODE_ROW_FMT                                                   \
+	"%-*s %9u %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %11.0f | " \
 	"%8.2f %8.2f %8.2f %8.2f %8.2f\n"
 
 /*
@@ -171,15 +171,22 @@ static void emit_sized(const struct report *r, enum out_fmt fmt, FILE *f)
  */
 static void emit_modes(const struct report *r, enum out_fmt fmt, FILE *f)
 {
+	/* The mode column: 14 wide, wider for a longer name, so that the
+	 * columns stay aligned. */
+	int w_mode = 14;
 	size_t i;
 	int p;
+
+	for (i = 0; i < r->nrows; i++)
+		if (strlen(r->rows[i].op) > (size_t)w_mode)
+			w_mode = (int)strlen(r->rows[i].op);
 
 	switch (fmt) {
 	case OUT_TEXT:
 		fprintf(f, "%s", PERF_RULE);
-		fprintf(f, MODE_COLS_FMT, "mode", "#sessions", "t_min[us]",
-			"t_typical", "t_avg", "t_stdev", "99%", "99.9%",
-			"sessions/s", bench_phase_names[0],
+		fprintf(f, MODE_COLS_FMT, w_mode, "mode", "#sessions",
+			"t_min[us]", "t_typical", "t_avg", "t_stdev", "99%",
+			"99.9%", "sessions/s", bench_phase_names[0],
 			bench_phase_names[1], bench_phase_names[2],
 			bench_phase_names[3], bench_phase_names[4]);
 		break;
@@ -211,10 +218,10 @@ static void emit_modes(const struct report *r, enum out_fmt fmt, FILE *f)
 
 		switch (fmt) {
 		case OUT_TEXT:
-			fprintf(f, MODE_ROW_FMT, w->op, w->iters, s->min / 1e3,
-				s->median / 1e3, s->avg / 1e3, s->stdev / 1e3,
-				s->p99 / 1e3, s->p999 / 1e3, w->rate,
-				ph[0] / 1e3, ph[1] / 1e3, ph[2] / 1e3,
+			fprintf(f, MODE_ROW_FMT, w_mode, w->op, w->iters,
+				s->min / 1e3, s->median / 1e3, s->avg / 1e3,
+				s->stdev / 1e3, s->p99 / 1e3, s->p999 / 1e3,
+				w->rate, ph[0] / 1e3, ph[1] / 1e3, ph[2] / 1e3,
 				ph[3] / 1e3, ph[4] / 1e3);
 			break;
 		case OUT_CSV:

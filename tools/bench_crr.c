@@ -33,11 +33,13 @@
  * TCP that spins too.  All modes run in one process run, round-robin in
  * batches, so that drift on a shared machine hits them alike.
  *
- * The server is one thread serving everything with a busy loop: one
- * listener (and node) per registration strategy, two TCP echo listeners
- * (one waited for in epoll, one busy-polled) and a
- * control connection to the client (the "bench channel": parameters,
- * ports, and after each session the server's own revocation time).
+ * The server is one thread serving everything: one listener (and node)
+ * per registration strategy, two TCP echo listeners (one waited for in
+ * epoll, one busy-polled) and a control connection to the client (the
+ * "bench channel": parameters, ports, and after each session the server's
+ * own revocation time).  It busy-polls, or with --server-wait sleep
+ * blocks in epoll_wait whenever no session is open; --gap-us makes the
+ * client pause before each session, so that the server goes idle.
  * Timings are measured on the client; "revoke" is the server's, the side
  * that gave out keys.
  */
@@ -188,11 +190,12 @@ static void usage_crr(FILE *f)
 		"[-b BATCH] [-t write|read|send]\n"
 		"          [--modes LIST] [--provider P] [--device D] "
 		"[--transport shm|tcp|auto]\n"
-		"          [--server HOST:PORT | --connect HOST:PORT] "
-		"[--csv] [--json FILE] [--plot FILE.svg]\n"
+		"          [--gap-us N] [--server-wait spin|sleep] "
+		"[--server HOST:PORT | --connect HOST:PORT]\n"
+		"          [--csv] [--json FILE] [--plot FILE.svg]\n"
 		"  defaults: K 4, SIZE 1K, 150 sessions per mode, warm-up "
-		"min(n/10, 20), batch 25, write, every mode:\n"
-		"  ",
+		"min(n/10, 20), batch 25, no gap, server-wait spin, write,\n"
+		"  every mode: ",
 		prog);
 	for (size_t i = 0; i < NMODES; i++)
 		fprintf(f, "%s%s", crr_modes[i].name,
@@ -234,6 +237,8 @@ enum {
 	OPT_SERVER,
 	OPT_CONNECT,
 	OPT_PLOT,
+	OPT_GAP,
+	OPT_SERVER_WAIT,
 };
 
 static const struct option crr_long[] = {
@@ -249,6 +254,8 @@ static const struct option crr_long[] = {
 	{"server", required_argument, NULL, OPT_SERVER},
 	{"connect", required_argument, NULL, OPT_CONNECT},
 	{"plot", required_argument, NULL, OPT_PLOT},
+	{"gap-us", required_argument, NULL, OPT_GAP},
+	{"server-wait", required_argument, NULL, OPT_SERVER_WAIT},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -309,6 +316,18 @@ static int crr_parse(int argc, char **argv, struct crr_opts *o)
 			break;
 		case OPT_PLOT:
 			o->plot = optarg;
+			break;
+		case OPT_GAP:
+			if (parse_uint(optarg, "gap (us)", 0, &o->gap_us))
+				return -1;
+			break;
+		case OPT_SERVER_WAIT:
+			if (strcmp(optarg, "spin") && strcmp(optarg, "sleep")) {
+				fail("bad server wait '%s' (spin, sleep)",
+				     optarg);
+				return -1;
+			}
+			o->server_sleep = !strcmp(optarg, "sleep");
 			break;
 		case 'h':
 			usage_crr(stdout);

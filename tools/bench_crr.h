@@ -73,7 +73,9 @@ struct crr_opts {
 	bool warmup_set;
 	uint64_t size;
 	int op;
-	unsigned modes; /* bit per crr_modes[] entry */
+	unsigned modes;	   /* bit per crr_modes[] entry */
+	unsigned gap_us;   /* --gap-us: the client's pause before each one */
+	bool server_sleep; /* --server-wait sleep */
 };
 
 /* ------------------------------------------------------------ channel */
@@ -84,7 +86,7 @@ struct crr_opts {
 #define CH_VERSION 2
 
 enum ch_type {
-	CH_HELLO = 1, /* client: op, k, size */
+	CH_HELLO = 1, /* client: op, k, size, flags */
 	CH_PORTS,     /* server: status, the listeners' ports */
 	CH_RECORD,    /* server, after each session: revoke ns, status */
 	CH_BYE,	      /* client: done */
@@ -102,10 +104,14 @@ struct ch_msg {
 	uint32_t magic;
 	uint32_t version; /* CH_VERSION: both sides run the same build */
 	uint32_t type;
-	uint32_t a, b, c;	 /* hello: op, k, size; record: status */
+	uint32_t a, b, c,
+		d; /* hello: op, k, size, flags; record: status in a */
 	uint32_t ports[P_COUNT]; /* ports: enum crr_port */
 	uint32_t ns_hi, ns_lo;	 /* record: revoke ns */
 };
+
+/* Hello flags (d). */
+#define CH_HELLO_SLEEP 1u /* the server sleeps when idle */
 
 int ch_send(int fd, struct ch_msg *m);
 /* Receive one record of @type: 0, -EPROTO (not one), or a sock_full

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_crr.h"
@@ -247,6 +248,19 @@ static int one_tcp(struct cli *c, unsigned mode, bool record)
 	return ret;
 }
 
+/* --gap-us: pause before a transaction, outside its time, so that the
+ * server goes idle (and, with --server-wait sleep, to sleep).  A sleep,
+ * not a spin: the client gives its CPU up as a client that has nothing
+ * to do would. */
+static void gap(unsigned us)
+{
+	struct timespec ts = {.tv_sec = us / 1000000,
+			      .tv_nsec = (long)(us % 1000000) * 1000};
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, &ts) == EINTR)
+		;
+}
+
 /* Run @count transactions of @mode; the batch's kept session or
  * connection (warm, tcp-rr) is opened before and closed after, outside
  * the samples. */
@@ -267,6 +281,8 @@ static int run_batch(struct cli *c, unsigned mode, unsigned count, bool record)
 			return c->rr_fd;
 	}
 	for (unsigned i = 0; i < count && !ret; i++) {
+		if (c->o->gap_us)
+			gap(c->o->gap_us);
 		switch (md->kind) {
 		case K_SESSION:
 			ret = one_session(c, mode, record);
@@ -390,6 +406,7 @@ static int cli_setup(struct cli *c)
 	m.a = (uint32_t)c->o->op;
 	m.b = c->o->k;
 	m.c = (uint32_t)c->o->size;
+	m.d = c->o->server_sleep ? CH_HELLO_SLEEP : 0;
 	ret = ch_send(c->ch, &m);
 	if (!ret)
 		ret = ch_recv(c->ch, &m, CH_PORTS);
@@ -468,11 +485,24 @@ int crr_client(const struct crr_opts *o, int ch, const char *host, int cpu,
 	ret = cli_setup(&c);
 	if (ret)
 		goto out;
-	snprintf(extra, sizeof(extra),
-		 "%s\n%sop: %s  K: %u  S: %" PRIu64 " B  sessions/mode: %u  "
-		 "warm-up/mode: %u  batch: %u",
-		 pin_note, o->cm.csv ? "# " : "", op_names[o->op], o->k,
-		 o->size, o->sessions, o->warmup, o->batch);
+	{
+		char wait[64] = "";
+		int n = 0;
+
+		/* Said only when not the default, so that the default
+		 * header stays as it was. */
+		if (o->server_sleep)
+			n = snprintf(wait, sizeof(wait),
+				     "  server-wait: sleep");
+		if (o->gap_us)
+			snprintf(wait + n, sizeof(wait) - (size_t)n,
+				 "  gap: %u us", o->gap_us);
+		snprintf(extra, sizeof(extra),
+			 "%s\n%sop: %s  K: %u  S: %" PRIu64
+			 " B  sessions/mode: %u  warm-up/mode: %u  batch: %u%s",
+			 pin_note, o->cm.csv ? "# " : "", op_names[o->op], o->k,
+			 o->size, o->sessions, o->warmup, o->batch, wait);
+	}
 	report_header(&r, c.ctx, o->cm.transport, extra,
 		      o->cm.csv ? OUT_CSV : OUT_TEXT);
 	{

@@ -31,7 +31,7 @@ struct srv_sess {
 struct srv_tcp {
 	int fd;
 	size_t got; /* bytes of the current request */
-	bool spin;  /* from the busy-polling listener: polled every turn */
+	bool spin;  /* busy-polled on every turn (spin server, slfd) */
 };
 
 struct srv {
@@ -44,7 +44,8 @@ struct srv {
 	tf_listener_t *l[R_COUNT];
 	void *buf[R_COUNT];	 /* the server's user buffer per strategy */
 	int lfd, slfd, ch, epfd; /* TCP echo listeners: waiting, spinning */
-	unsigned n_spin;	 /* open connections of slfd */
+	unsigned n_spin;	 /* open busy-polled connections */
+	bool sleep;		 /* --server-wait sleep (from the hello) */
 	uint8_t *echo;		 /* TCP echo buffer, size bytes */
 	struct srv_sess act[SRV_MAX_ACTIVE];
 	struct srv_tcp tcp[SRV_MAX_TCP];
@@ -213,11 +214,13 @@ static void srv_tcp_close(struct srv *sv, struct srv_tcp *t)
 
 /* Take the connections waiting on @lfd; @spin: the busy-polling echo
  * listener, whose connections are polled on every turn instead of
- * waited for in epoll. */
+ * waited for in epoll (unless the server sleeps: then they are waited
+ * for as the others are, and only their client spins). */
 static int srv_tcp_accept(struct srv *sv, int lfd, bool spin)
 {
 	int fd, i;
 
+	spin = spin && !sv->sleep;
 	while ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >=
 	       0) {
 		for (i = 0; i < SRV_MAX_TCP && sv->tcp[i].fd >= 0; i++)
@@ -275,8 +278,11 @@ static int srv_tcp_echo(struct srv *sv, struct srv_tcp *t)
  * MSG_DONTWAIT each). */
 static int srv_tcp_spin(struct srv *sv)
 {
-	int ret = srv_tcp_accept(sv, sv->slfd, true);
+	int ret;
 
+	if (sv->sleep)
+		return 0; /* slfd and its connections are in epoll */
+	ret = srv_tcp_accept(sv, sv->slfd, true);
 	for (int i = 0; i < SRV_MAX_TCP && !ret && sv->n_spin; i++)
 		if (sv->tcp[i].fd >= 0 && sv->tcp[i].spin)
 			ret = srv_tcp_echo(sv, &sv->tcp[i]);
@@ -309,18 +315,19 @@ static void srv_teardown(struct srv *sv)
 /*
  * The server: @chlfd listens for the bench channel (one client per run).
  * It runs on cpu @cpu and spins while a session is open, like perftest's
- * servers; between sessions it naps 1 ms at a time in epoll_wait (a
- * loaded host needs the CPU more than an idle server does).
+ * servers.  Between sessions, as the client's hello says: spin for
+ * SRV_SPIN_NS after the last activity, then nap 1 ms at a time in
+ * epoll_wait (a loaded host needs the CPU more than an idle server does);
+ * or sleep, in a blocking epoll_wait on every listener, the sockets and
+ * the channel, so that each session that follows a pause pays the
+ * server's wake-up.
  */
 int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 {
 	struct srv sv = {.o = o, .lfd = -1, .slfd = -1, .ch = -1, .epfd = -1};
-	/* The server busy-polls (below), so its listeners poll the control
-	 * QPs of kept connections rather than arming them. */
 	tf_listener_params_t lp = {.field_mask = TF_LISTENER_PARAM_ADDR |
 						 TF_LISTENER_PARAM_FLAGS,
-				   .addr = host,
-				   .flags = TF_LISTENER_BUSY_POLL};
+				   .addr = host};
 	struct ch_msg m;
 	struct epoll_event evs[16];
 	uint16_t tport;
@@ -337,7 +344,7 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 	sock_nodelay(sv.ch, CRR_TIMEOUT_MS);
 	ret = ch_recv(sv.ch, &m, CH_HELLO);
 	if (ret || m.a > OP_SEND || !m.b || m.b > CRR_MAX_K || !m.c ||
-	    m.c > CRR_MAX_SIZE) {
+	    m.c > CRR_MAX_SIZE || (m.d & ~CH_HELLO_SLEEP)) {
 		fail("server: bad hello from the client (%s)",
 		     ret ? tf_strerror(ret) : "out of range");
 		close(sv.ch);
@@ -346,6 +353,12 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 	sv.op = (int)m.a;
 	sv.k = m.b;
 	sv.size = m.c;
+	sv.sleep = m.d & CH_HELLO_SLEEP;
+	/* A spinning server busy-polls (below), so its listeners poll the
+	 * control QPs of kept connections rather than arming them; a
+	 * sleeping one needs tf_listener_fd() to report the next OPEN on a
+	 * kept connection, so its listeners arm them. */
+	lp.flags = sv.sleep ? 0 : TF_LISTENER_BUSY_POLL;
 	ret = bench_open_ctx(o->cm.provider, o->cm.device, o->cm.transport,
 			     &sv.ctx);
 	if (ret)
@@ -408,16 +421,20 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 		uint64_t now;
 		int n;
 
-		/* Spin while a session is open (the tcp transport needs
+		/* Spin while a session is open: the tcp transport needs
 		 * this side's progress for the client's one-sided
-		 * operations) and for SRV_SPIN_NS after, so that the
-		 * client's next session or request, which follows at once,
-		 * does not pay a wake-up (tens of microseconds across
-		 * cores, more than a whole session); when idle longer,
-		 * sleep in short naps.  The listeners are served on every
-		 * turn, not only when their fd is readable: a handshake
-		 * whose bytes were already read must not wait for another
-		 * event (nor miss its deadline). */
+		 * operations, and the client's CLOSE on a kept connection
+		 * comes on its control QP, which only polling finds (no fd
+		 * reports it).  A spinning server also spins for
+		 * SRV_SPIN_NS after, so that the client's next session or
+		 * request, which follows at once, does not pay a wake-up
+		 * (tens of microseconds across cores, more than a whole
+		 * session); when idle longer, it sleeps in short naps.  A
+		 * sleeping server blocks as soon as no session is open.
+		 * The listeners are served on every turn, not only when
+		 * their fd is readable: a handshake whose bytes were
+		 * already read must not wait for another event (nor miss
+		 * its deadline). */
 		for (int i = 0; i < SRV_MAX_ACTIVE; i++)
 			active = active || sv.act[i].s;
 		now = now_ns();
@@ -426,7 +443,7 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 		busy = active || sv.n_spin;
 		if (busy)
 			last_busy = now;
-		else
+		else if (!sv.sleep)
 			busy = now - last_busy < SRV_SPIN_NS;
 		/* While a session is open, its messages come first: the
 		 * listeners and sockets (a system call) are looked at every
@@ -435,7 +452,10 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 		if (active && now - last_look < SRV_LOOK_NS)
 			goto serve;
 		last_look = now;
-		n = epoll_wait(sv.epfd, evs, ARRAY_SIZE(evs), busy ? 0 : 1);
+		n = epoll_wait(sv.epfd, evs, ARRAY_SIZE(evs),
+			       busy	  ? 0
+			       : sv.sleep ? -1
+					  : 1);
 		if (n > 0)
 			last_busy = now_ns();
 		if (n < 0 && errno != EINTR) {

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench.h - what the tollfree-bench subcommands share: statistics, the one
- * report helper every table goes through (report_emit), the environment
- * header, context opening and CPU pinning.  Definitions are in
- * tollfree-bench.c; each subcommand lives in its own file (lat and reg in
- * tollfree-bench.c, crr in bench_crr.c, churn in bench_churn.c).
+ * bench.h - what the tollfree-bench subcommands share: statistics, options,
+ * context opening and CPU pinning (bench_common.c), the one report helper
+ * every table goes through and the environment header (bench_report.c),
+ * and the socket helpers (bench_sock.c).  Each subcommand lives in its own
+ * files: lat in bench_lat.c, reg in bench_reg.c, crr in bench_crr*.c,
+ * churn in bench_churn.c; tollfree-bench.c only dispatches.
  */
 #ifndef TF_BENCH_H
 #define TF_BENCH_H
@@ -138,11 +139,59 @@ enum {
 		"transport", required_argument, NULL, OPT_TRANSPORT \
 	}
 
+#define MAX_SIZES 32
+
+/* The options of the sized subcommands (lat, reg). */
+struct bench_opts {
+	struct bench_common cm;
+	unsigned iters;
+	unsigned warmup; /* with warmup_set; else a default per bench */
+	bool warmup_set;
+	uint64_t sizes[MAX_SIZES];
+	unsigned nsizes;
+	unsigned tests; /* lat: bit per test */
+};
+
+/* Parse a sized subcommand's options into @o (defaults already set);
+ * "-t" is taken only where @parse_tests is given (lat).  Exits after
+ * "-h"; returns 0 or -1 (reported). */
+int bench_parse_sized(int argc, char **argv, struct bench_opts *o,
+		      int (*parse_tests)(const char *arg, unsigned *tests),
+		      void (*usage)(FILE *));
+/* bench_open_ctx with the options' provider, device and transport. */
+int bench_opts_open_ctx(const struct bench_opts *o, tf_context_t **ctx_p);
+
 /* Take getopt's @c if it is a common option: 1 (taken), 0 (not one of
  * them) or -1 (a bad value, reported). */
 int bench_common_opt(int c, const char *arg, struct bench_common *b);
 int parse_uint(const char *arg, const char *what, unsigned min, unsigned *out);
 
+/* Sockets (bench_sock.c).  Move exactly @len bytes of @buf; a socket
+ * that would block (non-blocking, or past its SO_RCVTIMEO/SO_SNDTIMEO) is
+ * waited for in poll(2) up to @timeout_ms (< 0: forever).  0, -EPIPE (the
+ * peer closed), -ETIMEDOUT or -errno. */
+int sock_full(int fd, void *buf, size_t len, bool wr, int timeout_ms);
+/* Split "HOST:PORT" or "[V6]:PORT" (numeric); -1 reported. */
+int sock_split_hostport(const char *arg, char *host, size_t hlen,
+			uint16_t *port);
+/* A listening TCP socket on @host:@port (0: ephemeral), SO_REUSEADDR;
+ * *@bound receives the port.  The fd, or -1 reported. */
+int sock_listen(const char *host, uint16_t port, uint16_t *bound);
+/* TCP_NODELAY, and blocking calls that give up after @timeout_ms
+ * instead of hanging on a dead peer (sock_full then reports it). */
+void sock_nodelay(int fd, int timeout_ms);
+/* A blocking connect to @host:@port, then sock_nodelay: the fd or
+ * -errno. */
+int sock_connect(const char *host, uint16_t port, int timeout_ms);
+/* The busy-polling twins: sock_full with MSG_DONTWAIT retried at once,
+ * never sleeping (the socket's blocking mode does not matter); a
+ * non-blocking connect spun to completion, TCP_NODELAY, the fd left
+ * non-blocking. */
+int sock_full_spin(int fd, void *buf, size_t len, bool wr, int timeout_ms);
+int sock_connect_spin(const char *host, uint16_t port, int timeout_ms);
+
+int cmd_lat(int argc, char **argv);
+int cmd_reg(int argc, char **argv);
 int cmd_crr(int argc, char **argv);
 int cmd_churn(int argc, char **argv);
 

@@ -27,6 +27,7 @@
 static const char *const colors[] = {
 	"#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a",
 	"#d62728", "#ff9896", "#9467bd", "#8c564b", "#7f7f7f", "#e377c2",
+	"#bcbd22", "#17becf", "#c5b0d5", "#c49c94",
 };
 static const char *const phase_colors[PH_COUNT] = {
 	"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1",
@@ -183,6 +184,14 @@ static void bar_panel(FILE *f, const struct report *r)
 {
 	double max = 0, bh = 22, gap = 8;
 	char buf[64];
+
+	/* Rows of 30 px while they fit above the axis, thinner after. */
+	if ((double)r->nrows * (bh + gap) > CDF_Y1 - CDF_Y0 - 10) {
+		double pitch = (CDF_Y1 - CDF_Y0 - 10) / (double)r->nrows;
+
+		bh = pitch * 22 / 30;
+		gap = pitch - bh;
+	}
 
 	for (size_t i = 0; i < r->nrows; i++) {
 		double sum = 0;

@@ -456,15 +456,20 @@ int tf_post_send(tf_qp_t *qp, struct tf_send_wr *wr,
 		 struct tf_send_wr **bad_wr_p)
 {
 	struct tf_send_wr *bad = NULL;
-	uint64_t n = 0;
+	uint64_t n;
 	int ret;
 
 	ret = OPS(qp->pd->ctx)->post_send(qp, wr, &bad);
-	/* Everything before the bad WR was posted. */
-	for (struct tf_send_wr *w = wr; w && w != bad; w = w->next)
-		n++;
-	if (!ret)
+	if (TF__LIKELY(ret >= 0)) {
+		n = (uint64_t)ret;
+		ret = 0;
 		bad = NULL;
+	} else {
+		/* Error path: the WRs before the bad one were posted. */
+		n = 0;
+		for (struct tf_send_wr *w = wr; w && w != bad; w = w->next)
+			n++;
+	}
 	TF_STAT_ADD(qp, send_posted, n);
 	TF_STAT_ADD(qp->pd->ctx, send_posted, n);
 	if (bad_wr_p)
@@ -476,14 +481,19 @@ int tf_post_recv(tf_qp_t *qp, struct tf_recv_wr *wr,
 		 struct tf_recv_wr **bad_wr_p)
 {
 	struct tf_recv_wr *bad = NULL;
-	uint64_t n = 0;
+	uint64_t n;
 	int ret;
 
 	ret = OPS(qp->pd->ctx)->post_recv(qp, wr, &bad);
-	for (struct tf_recv_wr *w = wr; w && w != bad; w = w->next)
-		n++;
-	if (!ret)
+	if (TF__LIKELY(ret >= 0)) {
+		n = (uint64_t)ret;
+		ret = 0;
 		bad = NULL;
+	} else {
+		n = 0;
+		for (struct tf_recv_wr *w = wr; w && w != bad; w = w->next)
+			n++;
+	}
 	TF_STAT_ADD(qp, recv_posted, n);
 	TF_STAT_ADD(qp->pd->ctx, recv_posted, n);
 	if (bad_wr_p)

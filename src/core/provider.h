@@ -138,6 +138,11 @@ struct tf_provider_ops {
 	int (*qp_connect)(struct tf_qp *qp, const void *addr, size_t len);
 	int (*qp_set_error)(struct tf_qp *qp);
 
+	/* Post a chain.  Return the number of WRs posted (the whole chain)
+	 * or, on failure, a negative errno with *bad_wr_p set to the first
+	 * WR not posted (those before it were).  The count is what the core
+	 * adds to send_posted/recv_posted: it comes from the provider's own
+	 * walk so that the post path walks the chain once. */
 	int (*post_send)(struct tf_qp *qp, struct tf_send_wr *wr,
 			 struct tf_send_wr **bad_wr_p);
 	int (*post_recv)(struct tf_qp *qp, struct tf_recv_wr *wr,

@@ -999,7 +999,7 @@ int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
 	struct verbs_qp *qp = VERBS_QP(bqp);
 	struct ibv_send_wr iw[VERBS_POST_BATCH], *ibad;
 	struct tf_send_wr *src[VERBS_POST_BATCH];
-	int ret = 0;
+	int ret = 0, posted = 0;
 
 	/* Verbs refuses sends before RTS with EINVAL; say what it means.
 	 * In the error state work is accepted and flushed, as in verbs. */
@@ -1044,6 +1044,7 @@ int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
 				return -r;
 			}
 			commit_send(qp, head, n);
+			posted += n;
 		}
 		if (ret) {
 			tf_log_debug(VERBS_SUBSYS, "qp %u: send WR refused: %s",
@@ -1052,7 +1053,7 @@ int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
 			return ret;
 		}
 	}
-	return 0;
+	return posted;
 }
 
 /*
@@ -1077,7 +1078,7 @@ int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
 	struct verbs_qp *qp = VERBS_QP(bqp);
 	struct ibv_recv_wr iw[VERBS_POST_BATCH], *ibad;
 	struct tf_recv_wr *src[VERBS_POST_BATCH];
-	int ret = 0;
+	int ret = 0, posted = 0;
 
 	while (wr) {
 		uint64_t head = atomic_load_explicit(&qp->rq_head,
@@ -1124,6 +1125,7 @@ int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
 			}
 			atomic_store_explicit(&qp->rq_head, head + (uint64_t)n,
 					      memory_order_release);
+			posted += n;
 		}
 		if (ret) {
 			*bad_wr_p = wr;
@@ -1132,5 +1134,5 @@ int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
 	}
 	if (qp->base.state == TF_QPS_ERR)
 		kick_flush(qp);
-	return 0;
+	return posted;
 }

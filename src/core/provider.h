@@ -26,6 +26,18 @@ struct tf_provider_ops;
 
 struct tf__stats_pub;
 
+/* A link in one of a context's lists of live objects (core only). */
+struct tf__link {
+	struct tf__link *prev, *next;
+};
+
+/* Per-operation counters of the context that live in its QPs and CQs
+ * (core only: the totals of destroyed objects). */
+struct tf__obj_totals {
+	uint64_t send_posted, recv_posted, bytes_out; /* QPs */
+	uint64_t cqe_ok, cqe_err;		      /* CQs */
+};
+
 struct tf_context {
 	struct tf_provider_ops *ops; /* full table, defaults filled in */
 	/* Live statistics segment, NULL unless TOLLFREE_STATS_PUBLISH=y;
@@ -38,12 +50,21 @@ struct tf_context {
 	struct tf_config cfg; /* configuration in effect */
 	/* Live objects, for leak reports at close. */
 	atomic_long n_pd, n_mr, n_mw, n_cq, n_qp;
-	/* Counters; relaxed atomics because MR ops are thread-safe. */
+	/* Counters of events that are rare or not tied to one QP; relaxed
+	 * atomic adds because MR ops are thread-safe. */
 	atomic_ullong mr_reg, mr_dereg, mr_reg_fail, pinned_bytes;
 	atomic_ullong mw_bind, mw_inval, qp_created, qp_errors;
-	atomic_ullong send_posted, recv_posted, cqe_ok, cqe_err, bytes_out;
 	atomic_ullong remote_access_denied;
 	atomic_ullong xlate_hits, xlate_misses, xlate_evictions;
+	/* Core only.  The per-operation counters (send_posted, recv_posted,
+	 * bytes_out, cqe_ok, cqe_err) are kept in the QPs and CQs, so that
+	 * no data call writes a line of the context; tf_context_query_stats
+	 * sums the live objects' and the totals of destroyed ones.  obj_lock
+	 * protects the lists and the totals and is taken at QP and CQ create
+	 * and destroy and at query time, never on a data path. */
+	pthread_mutex_t obj_lock;
+	struct tf__link live_qps, live_cqs;
+	struct tf__obj_totals retired;
 };
 
 struct tf_pd {
@@ -69,6 +90,9 @@ struct tf_cq {
 	struct tf_context *ctx;
 	uint32_t depth;
 	atomic_long refs; /* QPs that use the CQ */
+	/* Completions reaped, by status (counted by the core's poll). */
+	atomic_ullong cqe_ok, cqe_err;
+	struct tf__link ctx_link; /* core: ctx->live_cqs */
 };
 
 struct tf_qp {
@@ -86,6 +110,7 @@ struct tf_qp {
 	 * produced by a provider progress thread, hence relaxed atomics. */
 	atomic_ullong send_posted, recv_posted, send_completed, recv_completed;
 	atomic_ullong errors, flushed, rnr_retries, bytes_out, bytes_in;
+	struct tf__link ctx_link; /* core: ctx->live_qps */
 };
 
 struct tf_provider_ops {

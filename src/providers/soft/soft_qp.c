@@ -149,8 +149,8 @@ void soft_engine_send_done(struct soft_qp *qp, struct soft_swqe *wqe,
 		soft_engine_qp_error(qp, TF_WC_WR_FLUSH_ERR);
 		return;
 	}
+	/* The context's bytes_out is the sum over its QPs (core). */
 	SOFT_STAT_ADD_LOCKED(&qp->base, bytes_out, wqe->total_len);
-	TF_STAT_ADD(&qp->ctx->base, bytes_out, wqe->total_len);
 	if (wqe->send_flags & TF_SEND_SIGNALED)
 		push_send_cqe(qp, wqe, TF_WC_SUCCESS);
 	/* Work that waited for this one (ordering, fences, local ops). */

@@ -379,10 +379,9 @@ static void swr_done(struct verbs_qp *qp, const struct verbs_swr *e)
 {
 	struct tf_context *ctx = &qp->ctx->base;
 
-	if (e->bytes) {
+	/* The context's bytes_out is the sum over its QPs (core). */
+	if (e->bytes)
 		TF_STAT_ADD(&qp->base, bytes_out, e->bytes);
-		TF_STAT_ADD(ctx, bytes_out, e->bytes);
-	}
 	if (e->opcode == TF_WR_BIND_MW) {
 		TF_STAT_ADD(ctx, mw_bind, 1);
 		mw_bound(qp, e->mw);

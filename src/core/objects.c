@@ -378,7 +378,29 @@ int tf_cq_destroy(tf_cq_t *cq)
 	return 0;
 }
 
-/* Account for reaped completions in the CQ and QP counters. */
+/* An error completion of @qp: counted per queue, off the common path. */
+static void count_wc_err(struct tf_qp *qp, const struct tf_wc *wc)
+{
+	bool flush = wc->status == TF_WC_WR_FLUSH_ERR;
+
+	if (wc->opcode & TF_WC_RECV) {
+		if (flush)
+			TF_STAT_ADD_OWNED(qp, recv_flushed, 1);
+		else
+			TF_STAT_ADD_OWNED(qp, recv_errors, 1);
+	} else {
+		if (flush)
+			TF_STAT_ADD_OWNED(qp, send_flushed, 1);
+		else
+			TF_STAT_ADD_OWNED(qp, send_errors, 1);
+	}
+}
+
+/*
+ * Account for reaped completions in the CQ and QP counters.  This poller
+ * owns all of them: a receive completion came from its QP's recv_cq, a
+ * send one from its send_cq, and polls are serialized per CQ.
+ */
 static void count_wcs(struct tf_cq *cq, const struct tf_wc *wc, int n)
 {
 	uint64_t err = 0;
@@ -386,23 +408,21 @@ static void count_wcs(struct tf_cq *cq, const struct tf_wc *wc, int n)
 	for (int i = 0; i < n; i++) {
 		struct tf_qp *qp = wc[i].qp;
 
-		if (wc[i].status != TF_WC_SUCCESS)
+		if (TF__UNLIKELY(wc[i].status != TF_WC_SUCCESS)) {
 			err++;
+			if (qp)
+				count_wc_err(qp, &wc[i]);
+		}
 		if (!qp)
 			continue;
 		if (wc[i].opcode & TF_WC_RECV)
-			TF_STAT_ADD(qp, recv_completed, 1);
+			TF_STAT_ADD_OWNED(qp, recv_completed, 1);
 		else
-			TF_STAT_ADD(qp, send_completed, 1);
-		if (wc[i].status == TF_WC_WR_FLUSH_ERR)
-			TF_STAT_ADD(qp, flushed, 1);
-		else if (wc[i].status != TF_WC_SUCCESS)
-			TF_STAT_ADD(qp, errors, 1);
+			TF_STAT_ADD_OWNED(qp, send_completed, 1);
 	}
-	if (err != (uint64_t)n)
-		TF_STAT_ADD(cq, cqe_ok, (uint64_t)n - err);
-	if (err)
-		TF_STAT_ADD(cq, cqe_err, err);
+	TF_STAT_ADD_OWNED(cq, cqe_ok, (uint64_t)n - err);
+	if (TF__UNLIKELY(err))
+		TF_STAT_ADD_OWNED(cq, cqe_err, err);
 }
 
 int tf_cq_poll(tf_cq_t *cq, int n, struct tf_wc *wc)
@@ -625,7 +645,7 @@ int tf_post_send(tf_qp_t *qp, struct tf_send_wr *wr,
 		for (struct tf_send_wr *w = wr; w && w != bad; w = w->next)
 			n++;
 	}
-	TF_STAT_ADD(qp, send_posted, n);
+	TF_STAT_ADD_OWNED(qp, send_posted, n);
 	if (bad_wr_p)
 		*bad_wr_p = bad;
 	return ret;
@@ -648,7 +668,7 @@ int tf_post_recv(tf_qp_t *qp, struct tf_recv_wr *wr,
 		for (struct tf_recv_wr *w = wr; w && w != bad; w = w->next)
 			n++;
 	}
-	TF_STAT_ADD(qp, recv_posted, n);
+	TF_STAT_ADD_OWNED(qp, recv_posted, n);
 	if (bad_wr_p)
 		*bad_wr_p = bad;
 	return ret;
@@ -665,8 +685,8 @@ int tf_qp_query_stats(tf_qp_t *qp, tf_qp_stats_t *s)
 	s->recv_posted = QLOAD(recv_posted);
 	s->send_completed = QLOAD(send_completed);
 	s->recv_completed = QLOAD(recv_completed);
-	s->errors = QLOAD(errors);
-	s->flushed = QLOAD(flushed);
+	s->errors = QLOAD(send_errors) + QLOAD(recv_errors);
+	s->flushed = QLOAD(send_flushed) + QLOAD(recv_flushed);
 	s->rnr_retries = QLOAD(rnr_retries);
 	s->bytes_out = QLOAD(bytes_out);
 	s->bytes_in = QLOAD(bytes_in);

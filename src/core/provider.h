@@ -90,7 +90,8 @@ struct tf_cq {
 	struct tf_context *ctx;
 	uint32_t depth;
 	atomic_long refs; /* QPs that use the CQ */
-	/* Completions reaped, by status (counted by the core's poll). */
+	/* Completions reaped, by status: written by the poller (polls are
+	 * serialized per CQ) with TF_STAT_ADD_OWNED, read by queries. */
 	atomic_ullong cqe_ok, cqe_err;
 	struct tf__link ctx_link; /* core: ctx->live_cqs */
 };
@@ -106,10 +107,23 @@ struct tf_qp {
 	uint32_t access;
 	uint8_t rnr_retry;
 	uint32_t timeout_ms;
-	/* Counters; a QP is serialized by its caller, but completions may be
-	 * produced by a provider progress thread, hence relaxed atomics. */
-	atomic_ullong send_posted, recv_posted, send_completed, recv_completed;
-	atomic_ullong errors, flushed, rnr_retries, bytes_out, bytes_in;
+	/* Counters (tf_qp_query_stats; the context sums some of them).  Each
+	 * has one writer at a time, which adds with a relaxed load and store
+	 * (TF_STAT_ADD_OWNED): no locked instruction on a data path.  Readers
+	 * on other threads load them relaxed.  The writers are:
+	 * - the QP's caller, who serializes its posts; */
+	atomic_ullong send_posted, recv_posted;
+	/* - the poller of send_cq, resp. recv_cq: polls are serialized per
+	 *   CQ, but the two CQs may be polled by two threads at once, hence
+	 *   errors and flushes counted per side (tf_qp_query_stats adds); */
+	atomic_ullong send_completed, send_errors, send_flushed;
+	atomic_ullong recv_completed, recv_errors, recv_flushed;
+	/* - the provider, under its own serialization (soft: the QP lock;
+	 *   verbs: the poller of send_cq, resp. recv_cq). */
+	atomic_ullong bytes_out, bytes_in;
+	/* - the soft transports, from their progress, with TF_STAT_ADD (a
+	 *   locked add; one per RNR NAK, off the common path). */
+	atomic_ullong rnr_retries;
 	struct tf__link ctx_link; /* core: ctx->live_qps */
 };
 

@@ -379,9 +379,10 @@ static void swr_done(struct verbs_qp *qp, const struct verbs_swr *e)
 {
 	struct tf_context *ctx = &qp->ctx->base;
 
-	/* The context's bytes_out is the sum over its QPs (core). */
+	/* Only the poller of the send CQ gets here: the counter has one
+	 * writer.  The context's bytes_out is the sum over its QPs (core). */
 	if (e->bytes)
-		TF_STAT_ADD(&qp->base, bytes_out, e->bytes);
+		TF_STAT_ADD_OWNED(&qp->base, bytes_out, e->bytes);
 	if (e->opcode == TF_WR_BIND_MW) {
 		TF_STAT_ADD(ctx, mw_bind, 1);
 		mw_bound(qp, e->mw);
@@ -450,7 +451,8 @@ static bool translate_wc(struct verbs_ctx *c, const struct ibv_wc *iw,
 				: TF_WC_RECV;
 		if (iw->status == IBV_WC_SUCCESS) {
 			wc->byte_len = iw->byte_len;
-			TF_STAT_ADD(&qp->base, bytes_in, iw->byte_len);
+			/* One writer: the poller of the receive CQ. */
+			TF_STAT_ADD_OWNED(&qp->base, bytes_in, iw->byte_len);
 			if (iw->wc_flags & IBV_WC_WITH_IMM) {
 				wc->flags |= TF_WC_WITH_IMM;
 				wc->imm_data = ntohl(iw->imm_data);

@@ -129,8 +129,11 @@ typedef struct tf_context_stats {
 } tf_context_stats_t;
 
 /*
- * tf_context_query_stats - copy the counters.  Values are read without a
- * lock and may be slightly out of date.  Thread-safe.
+ * tf_context_query_stats - copy the counters.  The per-operation ones
+ * (send_posted, recv_posted, cqe_ok, cqe_err, bytes_out) are summed over
+ * the context's QPs and CQs under a lock that only QP/CQ create and destroy
+ * also take; the data path takes none.  Values may be slightly out of
+ * date.  Thread-safe.
  */
 int tf_context_query_stats(tf_context_t *ctx, tf_context_stats_t *stats);
 

@@ -279,6 +279,10 @@ static int open_with(const struct tf_provider_ops *prov,
 	ctx->ops = ops;
 	ctx->prov_name = prov->name;
 	ctx->cfg = *cfg;
+	pthread_mutex_init(&ctx->obj_lock, NULL);
+	ctx->live_qps.prev = ctx->live_qps.next = &ctx->live_qps;
+	ctx->live_cqs.prev = ctx->live_cqs.next = &ctx->live_cqs;
+	memset(&ctx->retired, 0, sizeof(ctx->retired));
 	tf__stats_ctx_init(ctx);
 	*ctx_p = ctx;
 	return 0;
@@ -358,6 +362,7 @@ void tf_context_close(tf_context_t *ctx)
 			    "%ld mw, %ld mr, %ld pd",
 			    (long)ctx->n_qp, (long)ctx->n_cq, (long)ctx->n_mw,
 			    (long)ctx->n_mr, (long)ctx->n_pd);
+	pthread_mutex_destroy(&ctx->obj_lock);
 	ops = ctx->ops;
 	ops->context_close(ctx);
 	tf__free(ops);
@@ -410,15 +415,11 @@ int tf_context_query_stats(tf_context_t *ctx, tf_context_stats_t *s)
 	s->mw_inval = LOAD(mw_inval);
 	s->qp_created = LOAD(qp_created);
 	s->qp_errors = LOAD(qp_errors);
-	s->send_posted = LOAD(send_posted);
-	s->recv_posted = LOAD(recv_posted);
-	s->cqe_ok = LOAD(cqe_ok);
-	s->cqe_err = LOAD(cqe_err);
-	s->bytes_out = LOAD(bytes_out);
 	s->remote_access_denied = LOAD(remote_access_denied);
 	s->xlate_hits = LOAD(xlate_hits);
 	s->xlate_misses = LOAD(xlate_misses);
 	s->xlate_evictions = LOAD(xlate_evictions);
+	tf__stats_objects(ctx, s);
 	return 0;
 }
 

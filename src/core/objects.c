@@ -13,6 +13,145 @@
 
 #define OPS(_ctx) ((_ctx)->ops)
 
+/* ------------------------------------------------- context's object lists
+ *
+ * The per-operation counters of a context are kept in its QPs and CQs and
+ * summed at query time: the lists below hold the live ones, ctx->retired
+ * what destroyed ones had counted.  A destroy folds the object's counters
+ * into ctx->retired and unlinks it before the provider frees it; if the
+ * provider refuses, the same amounts are taken back out and the object
+ * is linked again, so that a query never counts an object twice or loses
+ * it.  Counts made after the fold are lost: only work that tf_qp_destroy
+ * drops anyway can still move a QP's counters then. */
+
+#define LOAD(_obj, _f) atomic_load_explicit(&(_obj)->_f, memory_order_relaxed)
+
+/* ctx->obj_lock must be held (link_add, link_del). */
+static void link_add(struct tf__link *head, struct tf__link *l)
+{
+	l->prev = head;
+	l->next = head->next;
+	head->next->prev = l;
+	head->next = l;
+}
+
+static void link_del(struct tf__link *l)
+{
+	l->prev->next = l->next;
+	l->next->prev = l->prev;
+}
+
+static struct tf_qp *qp_of_link(struct tf__link *l)
+{
+	return (struct tf_qp *)((char *)l - offsetof(struct tf_qp, ctx_link));
+}
+
+static struct tf_cq *cq_of_link(struct tf__link *l)
+{
+	return (struct tf_cq *)((char *)l - offsetof(struct tf_cq, ctx_link));
+}
+
+static void qp_totals(struct tf_qp *qp, struct tf__obj_totals *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->send_posted = LOAD(qp, send_posted);
+	t->recv_posted = LOAD(qp, recv_posted);
+	t->bytes_out = LOAD(qp, bytes_out);
+}
+
+static void cq_totals(struct tf_cq *cq, struct tf__obj_totals *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->cqe_ok = LOAD(cq, cqe_ok);
+	t->cqe_err = LOAD(cq, cqe_err);
+}
+
+static void totals_add(struct tf__obj_totals *dst,
+		       const struct tf__obj_totals *t)
+{
+	dst->send_posted += t->send_posted;
+	dst->recv_posted += t->recv_posted;
+	dst->bytes_out += t->bytes_out;
+	dst->cqe_ok += t->cqe_ok;
+	dst->cqe_err += t->cqe_err;
+}
+
+static void totals_sub(struct tf__obj_totals *dst,
+		       const struct tf__obj_totals *t)
+{
+	dst->send_posted -= t->send_posted;
+	dst->recv_posted -= t->recv_posted;
+	dst->bytes_out -= t->bytes_out;
+	dst->cqe_ok -= t->cqe_ok;
+	dst->cqe_err -= t->cqe_err;
+}
+
+void tf__stats_objects(struct tf_context *ctx, tf_context_stats_t *s)
+{
+	struct tf__obj_totals sum, t;
+
+	pthread_mutex_lock(&ctx->obj_lock);
+	sum = ctx->retired;
+	for (struct tf__link *l = ctx->live_qps.next; l != &ctx->live_qps;
+	     l = l->next) {
+		qp_totals(qp_of_link(l), &t);
+		totals_add(&sum, &t);
+	}
+	for (struct tf__link *l = ctx->live_cqs.next; l != &ctx->live_cqs;
+	     l = l->next) {
+		cq_totals(cq_of_link(l), &t);
+		totals_add(&sum, &t);
+	}
+	pthread_mutex_unlock(&ctx->obj_lock);
+	s->send_posted = sum.send_posted;
+	s->recv_posted = sum.recv_posted;
+	s->bytes_out = sum.bytes_out;
+	s->cqe_ok = sum.cqe_ok;
+	s->cqe_err = sum.cqe_err;
+}
+
+static void obj_link(struct tf_context *ctx, struct tf__link *head,
+		     struct tf__link *l)
+{
+	pthread_mutex_lock(&ctx->obj_lock);
+	link_add(head, l);
+	pthread_mutex_unlock(&ctx->obj_lock);
+}
+
+/* Before the provider destroys a QP: fold its counters into the retired
+ * totals (returned in @t) and unlink it. */
+static void qp_retire(struct tf_context *ctx, struct tf_qp *qp,
+		      struct tf__obj_totals *t)
+{
+	pthread_mutex_lock(&ctx->obj_lock);
+	qp_totals(qp, t);
+	totals_add(&ctx->retired, t);
+	link_del(&qp->ctx_link);
+	pthread_mutex_unlock(&ctx->obj_lock);
+}
+
+/* The same for a CQ. */
+static void cq_retire(struct tf_context *ctx, struct tf_cq *cq,
+		      struct tf__obj_totals *t)
+{
+	pthread_mutex_lock(&ctx->obj_lock);
+	cq_totals(cq, t);
+	totals_add(&ctx->retired, t);
+	link_del(&cq->ctx_link);
+	pthread_mutex_unlock(&ctx->obj_lock);
+}
+
+/* The provider refused to destroy the object: undo qp_retire() or
+ * cq_retire(), which returned @t. */
+static void obj_unretire(struct tf_context *ctx, struct tf__link *head,
+			 struct tf__link *l, const struct tf__obj_totals *t)
+{
+	pthread_mutex_lock(&ctx->obj_lock);
+	totals_sub(&ctx->retired, t);
+	link_add(head, l);
+	pthread_mutex_unlock(&ctx->obj_lock);
+}
+
 /* ------------------------------------------------------------- PD */
 
 int tf_pd_create(tf_context_t *ctx, tf_pd_t **pd_p)
@@ -207,6 +346,9 @@ int tf_cq_create(tf_context_t *ctx, const tf_cq_params_t *params,
 	if (!cq->depth)
 		cq->depth = depth;
 	atomic_init(&cq->refs, 0);
+	atomic_init(&cq->cqe_ok, 0);
+	atomic_init(&cq->cqe_err, 0);
+	obj_link(ctx, &ctx->live_cqs, &cq->ctx_link);
 	atomic_fetch_add(&ctx->n_cq, 1);
 	*cq_p = cq;
 	return 0;
@@ -214,6 +356,7 @@ int tf_cq_create(tf_context_t *ctx, const tf_cq_params_t *params,
 
 int tf_cq_destroy(tf_cq_t *cq)
 {
+	struct tf__obj_totals t;
 	struct tf_context *ctx;
 	int ret;
 
@@ -225,34 +368,61 @@ int tf_cq_destroy(tf_cq_t *cq)
 			    (void *)cq, (long)atomic_load(&cq->refs));
 		return -EBUSY;
 	}
+	cq_retire(ctx, cq, &t);
 	ret = OPS(ctx)->cq_destroy(cq);
-	if (ret)
+	if (ret) {
+		obj_unretire(ctx, &ctx->live_cqs, &cq->ctx_link, &t);
 		return ret;
+	}
 	atomic_fetch_sub(&ctx->n_cq, 1);
 	return 0;
 }
 
-/* Account for reaped completions in the QP and context counters. */
-static void count_wcs(struct tf_context *ctx, const struct tf_wc *wc, int n)
+/* An error completion of @qp: counted per queue, off the common path. */
+static void count_wc_err(struct tf_qp *qp, const struct tf_wc *wc)
 {
+	bool flush = wc->status == TF_WC_WR_FLUSH_ERR;
+
+	if (wc->opcode & TF_WC_RECV) {
+		if (flush)
+			TF_STAT_ADD_OWNED(qp, recv_flushed, 1);
+		else
+			TF_STAT_ADD_OWNED(qp, recv_errors, 1);
+	} else {
+		if (flush)
+			TF_STAT_ADD_OWNED(qp, send_flushed, 1);
+		else
+			TF_STAT_ADD_OWNED(qp, send_errors, 1);
+	}
+}
+
+/*
+ * Account for reaped completions in the CQ and QP counters.  This poller
+ * owns all of them: a receive completion came from its QP's recv_cq, a
+ * send one from its send_cq, and polls are serialized per CQ.
+ */
+static void count_wcs(struct tf_cq *cq, const struct tf_wc *wc, int n)
+{
+	uint64_t err = 0;
+
 	for (int i = 0; i < n; i++) {
 		struct tf_qp *qp = wc[i].qp;
 
-		if (wc[i].status == TF_WC_SUCCESS)
-			TF_STAT_ADD(ctx, cqe_ok, 1);
-		else
-			TF_STAT_ADD(ctx, cqe_err, 1);
+		if (TF__UNLIKELY(wc[i].status != TF_WC_SUCCESS)) {
+			err++;
+			if (qp)
+				count_wc_err(qp, &wc[i]);
+		}
 		if (!qp)
 			continue;
 		if (wc[i].opcode & TF_WC_RECV)
-			TF_STAT_ADD(qp, recv_completed, 1);
+			TF_STAT_ADD_OWNED(qp, recv_completed, 1);
 		else
-			TF_STAT_ADD(qp, send_completed, 1);
-		if (wc[i].status == TF_WC_WR_FLUSH_ERR)
-			TF_STAT_ADD(qp, flushed, 1);
-		else if (wc[i].status != TF_WC_SUCCESS)
-			TF_STAT_ADD(qp, errors, 1);
+			TF_STAT_ADD_OWNED(qp, send_completed, 1);
 	}
+	TF_STAT_ADD_OWNED(cq, cqe_ok, (uint64_t)n - err);
+	if (TF__UNLIKELY(err))
+		TF_STAT_ADD_OWNED(cq, cqe_err, err);
 }
 
 int tf_cq_poll(tf_cq_t *cq, int n, struct tf_wc *wc)
@@ -263,7 +433,7 @@ int tf_cq_poll(tf_cq_t *cq, int n, struct tf_wc *wc)
 		return n == 0 ? 0 : -EINVAL;
 	ret = OPS(cq->ctx)->cq_poll(cq, n, wc);
 	if (ret > 0)
-		count_wcs(cq->ctx, wc, ret);
+		count_wcs(cq, wc, ret);
 	return ret;
 }
 
@@ -393,6 +563,7 @@ int tf_qp_create(tf_pd_t *pd, const tf_qp_params_t *params, tf_qp_t **qp_p)
 	atomic_fetch_add(&pd->refs, 1);
 	atomic_fetch_add(&attr.send_cq->refs, 1);
 	atomic_fetch_add(&attr.recv_cq->refs, 1);
+	obj_link(pd->ctx, &pd->ctx->live_qps, &qp->ctx_link);
 	atomic_fetch_add(&pd->ctx->n_qp, 1);
 	TF_STAT_ADD(pd->ctx, qp_created, 1);
 	*qp_p = qp;
@@ -401,6 +572,7 @@ int tf_qp_create(tf_pd_t *pd, const tf_qp_params_t *params, tf_qp_t **qp_p)
 
 int tf_qp_destroy(tf_qp_t *qp)
 {
+	struct tf__obj_totals t;
 	struct tf_cq *scq, *rcq;
 	struct tf_pd *pd;
 	int ret;
@@ -410,9 +582,12 @@ int tf_qp_destroy(tf_qp_t *qp)
 	pd = qp->pd;
 	scq = qp->send_cq;
 	rcq = qp->recv_cq;
+	qp_retire(pd->ctx, qp, &t);
 	ret = OPS(pd->ctx)->qp_destroy(qp);
-	if (ret)
+	if (ret) {
+		obj_unretire(pd->ctx, &pd->ctx->live_qps, &qp->ctx_link, &t);
 		return ret;
+	}
 	atomic_fetch_sub(&pd->refs, 1);
 	atomic_fetch_sub(&scq->refs, 1);
 	atomic_fetch_sub(&rcq->refs, 1);
@@ -456,17 +631,21 @@ int tf_post_send(tf_qp_t *qp, struct tf_send_wr *wr,
 		 struct tf_send_wr **bad_wr_p)
 {
 	struct tf_send_wr *bad = NULL;
-	uint64_t n = 0;
+	uint64_t n;
 	int ret;
 
 	ret = OPS(qp->pd->ctx)->post_send(qp, wr, &bad);
-	/* Everything before the bad WR was posted. */
-	for (struct tf_send_wr *w = wr; w && w != bad; w = w->next)
-		n++;
-	if (!ret)
+	if (TF__LIKELY(ret >= 0)) {
+		n = (uint64_t)ret;
+		ret = 0;
 		bad = NULL;
-	TF_STAT_ADD(qp, send_posted, n);
-	TF_STAT_ADD(qp->pd->ctx, send_posted, n);
+	} else {
+		/* Error path: the WRs before the bad one were posted. */
+		n = 0;
+		for (struct tf_send_wr *w = wr; w && w != bad; w = w->next)
+			n++;
+	}
+	TF_STAT_ADD_OWNED(qp, send_posted, n);
 	if (bad_wr_p)
 		*bad_wr_p = bad;
 	return ret;
@@ -476,16 +655,20 @@ int tf_post_recv(tf_qp_t *qp, struct tf_recv_wr *wr,
 		 struct tf_recv_wr **bad_wr_p)
 {
 	struct tf_recv_wr *bad = NULL;
-	uint64_t n = 0;
+	uint64_t n;
 	int ret;
 
 	ret = OPS(qp->pd->ctx)->post_recv(qp, wr, &bad);
-	for (struct tf_recv_wr *w = wr; w && w != bad; w = w->next)
-		n++;
-	if (!ret)
+	if (TF__LIKELY(ret >= 0)) {
+		n = (uint64_t)ret;
+		ret = 0;
 		bad = NULL;
-	TF_STAT_ADD(qp, recv_posted, n);
-	TF_STAT_ADD(qp->pd->ctx, recv_posted, n);
+	} else {
+		n = 0;
+		for (struct tf_recv_wr *w = wr; w && w != bad; w = w->next)
+			n++;
+	}
+	TF_STAT_ADD_OWNED(qp, recv_posted, n);
 	if (bad_wr_p)
 		*bad_wr_p = bad;
 	return ret;
@@ -502,8 +685,8 @@ int tf_qp_query_stats(tf_qp_t *qp, tf_qp_stats_t *s)
 	s->recv_posted = QLOAD(recv_posted);
 	s->send_completed = QLOAD(send_completed);
 	s->recv_completed = QLOAD(recv_completed);
-	s->errors = QLOAD(errors);
-	s->flushed = QLOAD(flushed);
+	s->errors = QLOAD(send_errors) + QLOAD(recv_errors);
+	s->flushed = QLOAD(send_flushed) + QLOAD(recv_flushed);
 	s->rnr_retries = QLOAD(rnr_retries);
 	s->bytes_out = QLOAD(bytes_out);
 	s->bytes_in = QLOAD(bytes_in);

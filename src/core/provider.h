@@ -26,6 +26,18 @@ struct tf_provider_ops;
 
 struct tf__stats_pub;
 
+/* A link in one of a context's lists of live objects (core only). */
+struct tf__link {
+	struct tf__link *prev, *next;
+};
+
+/* Per-operation counters of the context that live in its QPs and CQs
+ * (core only: the totals of destroyed objects). */
+struct tf__obj_totals {
+	uint64_t send_posted, recv_posted, bytes_out; /* QPs */
+	uint64_t cqe_ok, cqe_err;		      /* CQs */
+};
+
 struct tf_context {
 	struct tf_provider_ops *ops; /* full table, defaults filled in */
 	/* Live statistics segment, NULL unless TOLLFREE_STATS_PUBLISH=y;
@@ -38,12 +50,21 @@ struct tf_context {
 	struct tf_config cfg; /* configuration in effect */
 	/* Live objects, for leak reports at close. */
 	atomic_long n_pd, n_mr, n_mw, n_cq, n_qp;
-	/* Counters; relaxed atomics because MR ops are thread-safe. */
+	/* Counters of events that are rare or not tied to one QP; relaxed
+	 * atomic adds because MR ops are thread-safe. */
 	atomic_ullong mr_reg, mr_dereg, mr_reg_fail, pinned_bytes;
 	atomic_ullong mw_bind, mw_inval, qp_created, qp_errors;
-	atomic_ullong send_posted, recv_posted, cqe_ok, cqe_err, bytes_out;
 	atomic_ullong remote_access_denied;
 	atomic_ullong xlate_hits, xlate_misses, xlate_evictions;
+	/* Core only.  The per-operation counters (send_posted, recv_posted,
+	 * bytes_out, cqe_ok, cqe_err) are kept in the QPs and CQs, so that
+	 * no data call writes a line of the context; tf_context_query_stats
+	 * sums the live objects' and the totals of destroyed ones.  obj_lock
+	 * protects the lists and the totals and is taken at QP and CQ create
+	 * and destroy and at query time, never on a data path. */
+	pthread_mutex_t obj_lock;
+	struct tf__link live_qps, live_cqs;
+	struct tf__obj_totals retired;
 };
 
 struct tf_pd {
@@ -69,6 +90,10 @@ struct tf_cq {
 	struct tf_context *ctx;
 	uint32_t depth;
 	atomic_long refs; /* QPs that use the CQ */
+	/* Completions reaped, by status: written by the poller (polls are
+	 * serialized per CQ) with TF_STAT_ADD_OWNED, read by queries. */
+	atomic_ullong cqe_ok, cqe_err;
+	struct tf__link ctx_link; /* core: ctx->live_cqs */
 };
 
 struct tf_qp {
@@ -82,10 +107,24 @@ struct tf_qp {
 	uint32_t access;
 	uint8_t rnr_retry;
 	uint32_t timeout_ms;
-	/* Counters; a QP is serialized by its caller, but completions may be
-	 * produced by a provider progress thread, hence relaxed atomics. */
-	atomic_ullong send_posted, recv_posted, send_completed, recv_completed;
-	atomic_ullong errors, flushed, rnr_retries, bytes_out, bytes_in;
+	/* Counters (tf_qp_query_stats; the context sums some of them).  Each
+	 * has one writer at a time, which adds with a relaxed load and store
+	 * (TF_STAT_ADD_OWNED): no locked instruction on a data path.  Readers
+	 * on other threads load them relaxed.  The writers are:
+	 * - the QP's caller, who serializes its posts; */
+	atomic_ullong send_posted, recv_posted;
+	/* - the poller of send_cq, resp. recv_cq: polls are serialized per
+	 *   CQ, but the two CQs may be polled by two threads at once, hence
+	 *   errors and flushes counted per side (tf_qp_query_stats adds); */
+	atomic_ullong send_completed, send_errors, send_flushed;
+	atomic_ullong recv_completed, recv_errors, recv_flushed;
+	/* - the provider, under its own serialization (soft: the QP lock;
+	 *   verbs: the poller of send_cq, resp. recv_cq). */
+	atomic_ullong bytes_out, bytes_in;
+	/* - the soft transports, from their progress, with TF_STAT_ADD (a
+	 *   locked add; one per RNR NAK, off the common path). */
+	atomic_ullong rnr_retries;
+	struct tf__link ctx_link; /* core: ctx->live_qps */
 };
 
 struct tf_provider_ops {
@@ -138,6 +177,11 @@ struct tf_provider_ops {
 	int (*qp_connect)(struct tf_qp *qp, const void *addr, size_t len);
 	int (*qp_set_error)(struct tf_qp *qp);
 
+	/* Post a chain.  Return the number of WRs posted (the whole chain)
+	 * or, on failure, a negative errno with *bad_wr_p set to the first
+	 * WR not posted (those before it were).  The count is what the core
+	 * adds to send_posted/recv_posted: it comes from the provider's own
+	 * walk so that the post path walks the chain once. */
 	int (*post_send)(struct tf_qp *qp, struct tf_send_wr *wr,
 			 struct tf_send_wr **bad_wr_p);
 	int (*post_recv)(struct tf_qp *qp, struct tf_recv_wr *wr,

@@ -64,6 +64,12 @@ static inline void tf__stats_check(struct tf_context *ctx)
 		tf__stats_pub_poll(ctx);
 }
 
+/* Fill the counters of @s that live in the context's QPs and CQs
+ * (send_posted, recv_posted, bytes_out, cqe_ok, cqe_err): the sums over
+ * the live objects plus what destroyed ones had counted.  objects.c;
+ * takes ctx->obj_lock. */
+void tf__stats_objects(struct tf_context *ctx, tf_context_stats_t *s);
+
 /* Register or remove a source of a publishing context (nothing happens
  * when publication is off).  Thread-safe. */
 void tf__stats_source_add(struct tf_context *ctx, struct tf__stats_source *src);

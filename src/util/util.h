@@ -30,9 +30,20 @@
  * access in the shared library (a few bytes of static TLS). */
 #define TF__TLS __thread __attribute__((tls_model("initial-exec")))
 
-/* Increment a relaxed counter (statistics only, no ordering). */
+/* Increment a relaxed counter (statistics only, no ordering): a locked
+ * add, for counters that several threads may bump at once. */
 #define TF_STAT_ADD(_obj, _field, _n) \
 	atomic_fetch_add_explicit(&(_obj)->_field, (_n), memory_order_relaxed)
+
+/* Add to a counter that has one writer at a time (the owner of the object,
+ * or the holder of its lock): a relaxed load and store, no locked
+ * instruction.  Readers on other threads still see whole values. */
+#define TF_STAT_ADD_OWNED(_obj, _field, _n)                                   \
+	atomic_store_explicit(                                                \
+		&(_obj)->_field,                                              \
+		atomic_load_explicit(&(_obj)->_field, memory_order_relaxed) + \
+			(_n),                                                 \
+		memory_order_relaxed)
 
 /* ------------------------------------------------------------ helpers
  * Allocator, logging, randomness, time. */

@@ -149,8 +149,8 @@ void soft_engine_send_done(struct soft_qp *qp, struct soft_swqe *wqe,
 		soft_engine_qp_error(qp, TF_WC_WR_FLUSH_ERR);
 		return;
 	}
+	/* The context's bytes_out is the sum over its QPs (core). */
 	SOFT_STAT_ADD_LOCKED(&qp->base, bytes_out, wqe->total_len);
-	TF_STAT_ADD(&qp->ctx->base, bytes_out, wqe->total_len);
 	if (wqe->send_flags & TF_SEND_SIGNALED)
 		push_send_cqe(qp, wqe, TF_WC_SUCCESS);
 	/* Work that waited for this one (ordering, fences, local ops). */
@@ -666,13 +666,14 @@ static int fill_wqe(struct soft_qp *qp, const struct tf_send_wr *wr,
  * post time (malformed ones fail the post, as in verbs); the lkeys are
  * checked when a request starts, and fail its completion instead.  The
  * fast path of a WRITE on shm completes inside this call: no thread, no
- * system call, no allocation.
+ * system call, no allocation.  Returns the number of WRs queued (the
+ * core counts them) or -errno.
  */
 int soft_post_send(struct tf_qp *base, struct tf_send_wr *wr,
 		   struct tf_send_wr **bad_wr_p)
 {
 	struct soft_qp *qp = soft_qp_of(base);
-	uint32_t first = 0;
+	uint32_t first = 0, posted = 0;
 	int ret = 0;
 
 	soft_qp_lock(qp);
@@ -713,6 +714,7 @@ int soft_post_send(struct tf_qp *base, struct tf_send_wr *wr,
 		wqe->state = SOFT_WQE_POSTED;
 		qp->sq_tail++;
 	}
+	posted = qp->sq_tail - first;
 	/* In the error state work is accepted and flushed at once (verbs). */
 	if (qp->base.state == TF_QPS_ERR)
 		flush_sq(qp, first, TF_WC_WR_FLUSH_ERR);
@@ -720,16 +722,19 @@ int soft_post_send(struct tf_qp *base, struct tf_send_wr *wr,
 		soft_engine_kick(qp);
 out:
 	soft_qp_unlock(qp);
-	if (ret && bad_wr_p)
-		*bad_wr_p = wr;
-	return ret;
+	if (ret) {
+		if (bad_wr_p)
+			*bad_wr_p = wr;
+		return ret;
+	}
+	return posted;
 }
 
 int soft_post_recv(struct tf_qp *base, struct tf_recv_wr *wr,
 		   struct tf_recv_wr **bad_wr_p)
 {
 	struct soft_qp *qp = soft_qp_of(base);
-	int ret = 0;
+	int ret = 0, posted = 0;
 
 	soft_qp_lock(qp);
 	for (; wr; wr = wr->next) {
@@ -760,11 +765,15 @@ int soft_post_recv(struct tf_qp *base, struct tf_recv_wr *wr,
 			memcpy(rwqe->sge, wr->sg_list,
 			       (size_t)wr->num_sge * sizeof(struct tf_sge));
 		qp->rq_tail++;
+		posted++;
 	}
 	if (qp->base.state == TF_QPS_ERR)
 		flush_rq(qp);
 	soft_qp_unlock(qp);
-	if (ret && bad_wr_p)
-		*bad_wr_p = wr;
-	return ret;
+	if (ret) {
+		if (bad_wr_p)
+			*bad_wr_p = wr;
+		return ret;
+	}
+	return posted;
 }

@@ -379,10 +379,10 @@ static void swr_done(struct verbs_qp *qp, const struct verbs_swr *e)
 {
 	struct tf_context *ctx = &qp->ctx->base;
 
-	if (e->bytes) {
-		TF_STAT_ADD(&qp->base, bytes_out, e->bytes);
-		TF_STAT_ADD(ctx, bytes_out, e->bytes);
-	}
+	/* Only the poller of the send CQ gets here: the counter has one
+	 * writer.  The context's bytes_out is the sum over its QPs (core). */
+	if (e->bytes)
+		TF_STAT_ADD_OWNED(&qp->base, bytes_out, e->bytes);
 	if (e->opcode == TF_WR_BIND_MW) {
 		TF_STAT_ADD(ctx, mw_bind, 1);
 		mw_bound(qp, e->mw);
@@ -451,7 +451,8 @@ static bool translate_wc(struct verbs_ctx *c, const struct ibv_wc *iw,
 				: TF_WC_RECV;
 		if (iw->status == IBV_WC_SUCCESS) {
 			wc->byte_len = iw->byte_len;
-			TF_STAT_ADD(&qp->base, bytes_in, iw->byte_len);
+			/* One writer: the poller of the receive CQ. */
+			TF_STAT_ADD_OWNED(&qp->base, bytes_in, iw->byte_len);
 			if (iw->wc_flags & IBV_WC_WITH_IMM) {
 				wc->flags |= TF_WC_WITH_IMM;
 				wc->imm_data = ntohl(iw->imm_data);
@@ -999,7 +1000,7 @@ int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
 	struct verbs_qp *qp = VERBS_QP(bqp);
 	struct ibv_send_wr iw[VERBS_POST_BATCH], *ibad;
 	struct tf_send_wr *src[VERBS_POST_BATCH];
-	int ret = 0;
+	int ret = 0, posted = 0;
 
 	/* Verbs refuses sends before RTS with EINVAL; say what it means.
 	 * In the error state work is accepted and flushed, as in verbs. */
@@ -1044,6 +1045,7 @@ int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
 				return -r;
 			}
 			commit_send(qp, head, n);
+			posted += n;
 		}
 		if (ret) {
 			tf_log_debug(VERBS_SUBSYS, "qp %u: send WR refused: %s",
@@ -1052,7 +1054,7 @@ int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
 			return ret;
 		}
 	}
-	return 0;
+	return posted;
 }
 
 /*
@@ -1077,7 +1079,7 @@ int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
 	struct verbs_qp *qp = VERBS_QP(bqp);
 	struct ibv_recv_wr iw[VERBS_POST_BATCH], *ibad;
 	struct tf_recv_wr *src[VERBS_POST_BATCH];
-	int ret = 0;
+	int ret = 0, posted = 0;
 
 	while (wr) {
 		uint64_t head = atomic_load_explicit(&qp->rq_head,
@@ -1124,6 +1126,7 @@ int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
 			}
 			atomic_store_explicit(&qp->rq_head, head + (uint64_t)n,
 					      memory_order_release);
+			posted += n;
 		}
 		if (ret) {
 			*bad_wr_p = wr;
@@ -1132,5 +1135,5 @@ int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
 	}
 	if (qp->base.state == TF_QPS_ERR)
 		kick_flush(qp);
-	return 0;
+	return posted;
 }

@@ -30,7 +30,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct verbs_addr a, guard;
+	struct tf_verbs_addr a, guard;
 	uint8_t again[VERBS_ADDR_LEN];
 	size_t len = sizeof(again);
 	int ret;

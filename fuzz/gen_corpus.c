@@ -533,12 +533,12 @@ static int soft_blob(const char *transport, uint8_t *blob, size_t *len)
 static int verbs_blob(uint8_t ll, uint32_t qpn, uint32_t psn, uint8_t mtu,
 		      uint8_t *blob, size_t *len)
 {
-	struct verbs_addr a = {.qpn = qpn,
-			       .psn = psn,
-			       .lid = ll == VERBS_LL_IB ? 0x11 : 0,
-			       .mtu = mtu,
-			       .link_layer = ll,
-			       .port = 1};
+	struct tf_verbs_addr a = {.qpn = qpn,
+				  .psn = psn,
+				  .lid = ll == VERBS_LL_IB ? 0x11 : 0,
+				  .mtu = mtu,
+				  .link_layer = ll,
+				  .port = 1};
 	int ret;
 
 	a.gid[15] = 1;

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 
 #include "fault_util.h"
+#include "tf_test_unit.h"
 
 #define LIMIT (256 * 1024)
 #define BIG   (1 << 20)

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tf_test.h"
+#include "tf_test_unit.h"
 
 #define LIMIT (256 * 1024)
 #define RW    (TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_WRITE)

@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tf_test.h"
+#include "tf_test_unit.h"
 
 static char key300[301], key200[201];
 static bool leaked;

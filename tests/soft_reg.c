@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "soft_int.h"
-#include "tf_test.h"
+#include "tf_test_unit.h"
 
 #define PG 4096
 

@@ -39,7 +39,7 @@
 #include <unistd.h>
 
 #include "stats_fmt.h"
-#include "tf_test.h"
+#include "tf_test_unit.h"
 
 #define N_WRITES 37
 #define N_MORE	 5

@@ -2,10 +2,12 @@
 /*
  * tf_test.c - the test harness: exit codes, log accounting, and the
  * two-process pair used by the data-path conformance tests.  It uses only
- * the public API, so that the same tests judge every provider.
+ * the public API, so that the same tests judge every provider: it is
+ * built against the shared library for the conformance tests, whose
+ * include path holds nothing of src/, and again against the static one
+ * for the unit tests (with tf_test_unit.c).
  */
 #include <errno.h>
-#include <linux/capability.h>
 #include <net/if.h>
 #include <sched.h>
 #include <sys/ioctl.h>
@@ -17,7 +19,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -887,19 +888,4 @@ bool tf_test_quirk(struct tf_pair *p, enum tf_test_quirk q, const char *what)
 		tf_test_info("known kernel deviation tolerated (%s): %s", what,
 			     names[q]);
 	return on;
-}
-
-int tf_test_drop_ipc_lock(void)
-{
-	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
-	struct __user_cap_data_struct d[2];
-
-	if (syscall(SYS_capget, &h, d))
-		return -errno;
-	d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
-	d[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
-	d[CAP_IPC_LOCK / 32].inheritable &= ~(1u << (CAP_IPC_LOCK % 32));
-	if (syscall(SYS_capset, &h, d))
-		return -errno;
-	return 0;
 }

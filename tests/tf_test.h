@@ -126,9 +126,6 @@ bool tf_test_tolerating(void);
 		_tv;                             \
 	})
 int tf_test_end(void);
-/* Drop CAP_IPC_LOCK from this process (so that RLIMIT_MEMLOCK binds
- * root too): 0 or -errno. */
-int tf_test_drop_ipc_lock(void);
 
 /* Locked memory of this process (VmLck, bytes), -1 if unknown. */
 long tf_test_vmlck(void);

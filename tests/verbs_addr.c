@@ -15,21 +15,21 @@
 #include "tf_test.h"
 #include "verbs_blob.h"
 
-static struct verbs_addr sample(void)
+static struct tf_verbs_addr sample(void)
 {
-	struct verbs_addr a = {.qpn = 0x123456,
-			       .psn = 0xabcdef,
-			       .lid = 0x4321,
-			       .mtu = 3,
-			       .link_layer = VERBS_LL_ETH,
-			       .port = 1};
+	struct tf_verbs_addr a = {.qpn = 0x123456,
+				  .psn = 0xabcdef,
+				  .lid = 0x4321,
+				  .mtu = 3,
+				  .link_layer = VERBS_LL_ETH,
+				  .port = 1};
 
 	for (int i = 0; i < 16; i++)
 		a.gid[i] = (uint8_t)(0xf0 + i);
 	return a;
 }
 
-static void encode(const struct verbs_addr *a, uint8_t blob[VERBS_ADDR_LEN])
+static void encode(const struct tf_verbs_addr *a, uint8_t blob[VERBS_ADDR_LEN])
 {
 	size_t len = VERBS_ADDR_LEN;
 
@@ -37,7 +37,7 @@ static void encode(const struct verbs_addr *a, uint8_t blob[VERBS_ADDR_LEN])
 	CHECK(len == VERBS_ADDR_LEN);
 }
 
-static bool same(const struct verbs_addr *a, const struct verbs_addr *b)
+static bool same(const struct tf_verbs_addr *a, const struct tf_verbs_addr *b)
 {
 	return a->qpn == b->qpn && a->psn == b->psn &&
 	       !memcmp(a->gid, b->gid, 16) && a->lid == b->lid &&
@@ -49,7 +49,7 @@ static bool same(const struct verbs_addr *a, const struct verbs_addr *b)
  * untouched output. */
 static void expect(const uint8_t *blob, size_t len, int err, const char *what)
 {
-	struct verbs_addr out, guard;
+	struct tf_verbs_addr out, guard;
 	int ret;
 
 	memset(&out, 0x77, sizeof(out));
@@ -67,7 +67,7 @@ static void test_round_trip(void)
 	static const uint32_t qpns[] = {VERBS_QPN_MIN, 0x11, VERBS_24B_MASK};
 	static const uint32_t psns[] = {0, 1, VERBS_24B_MASK};
 	uint8_t blob[VERBS_ADDR_LEN + 8];
-	struct verbs_addr a = sample(), b;
+	struct tf_verbs_addr a = sample(), b;
 	int n = 0;
 
 	for (uint8_t ll = VERBS_LL_IB; ll <= VERBS_LL_ETH; ll++)
@@ -106,7 +106,7 @@ static void test_decode_rejects(void)
 {
 	static const uint16_t bad_mtus[] = {0,	 128,  255,  257,
 					    768, 3000, 8192, 0xffff};
-	struct verbs_addr a = sample();
+	struct tf_verbs_addr a = sample();
 	uint8_t good[VERBS_ADDR_LEN], b[VERBS_ADDR_LEN + 1];
 
 	encode(&a, good);
@@ -160,7 +160,7 @@ static void test_decode_rejects(void)
 
 static void test_encode_rejects(void)
 {
-	struct verbs_addr a;
+	struct tf_verbs_addr a;
 	uint8_t blob[VERBS_ADDR_LEN];
 	size_t len = VERBS_ADDR_LEN - 1;
 
@@ -190,7 +190,7 @@ static void test_encode_rejects(void)
 
 static void test_reachable(void)
 {
-	struct verbs_addr a = sample();
+	struct tf_verbs_addr a = sample();
 
 	a.link_layer = VERBS_LL_ETH;
 	CHECK_OK(tf_verbs_addr_reachable(&a, VERBS_LL_ETH));

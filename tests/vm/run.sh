@@ -7,10 +7,11 @@
 # Usage: tests/vm/run.sh BUILD_DIR
 #
 # BUILD_DIR is a cmake build directory configured with the verbs provider.
-# Every BUILD_DIR/tests/conf_* executable (plus verbs_smoke) runs in the
-# guest with TOLLFREE_PROVIDER=verbs, once on one rxe device (loopback) and
-# once on two rxe devices across a veth pair; BUILD_DIR/tools/tollfree-bench
-# "reg" runs too when it was built.
+# Every BUILD_DIR/tests/conf_* executable (plus verbs_smoke, session_ctl_unit
+# and the pool_* and rcache_* tests) runs in the guest with
+# TOLLFREE_PROVIDER=verbs, once on one rxe device (loopback) and once on two
+# rxe devices across a veth pair; the examples run as one more test, and
+# BUILD_DIR/tools/tollfree-bench "reg" runs too when it was built.
 #
 # Nothing is installed into /boot: the kernel package is fetched with
 # `apt-get download`, unpacked and cached (once per machine) in
@@ -118,9 +119,12 @@ KROOT="$K/root"
 # ------------------------------------------------------------- initramfs
 TESTS=${TOLLFREE_VM_TESTS:-}
 if [ -z "$TESTS" ]; then
-	# The conformance suite, and the pool and registration-cache tests,
-	# which must hold on rxe as on the soft provider.
+	# The conformance suite, and the unit tests that must hold on rxe as
+	# on the soft provider: pool, registration cache, and the control QP
+	# of kept session connections (session_ctl_unit, the internal half of
+	# conf_session_ctl).
 	for f in "$BUILD"/tests/conf_* "$BUILD"/tests/verbs_smoke \
+		"$BUILD"/tests/session_ctl_unit \
 		"$BUILD"/tests/pool_* "$BUILD"/tests/rcache_*; do
 		[ -f "$f" ] && [ -x "$f" ] && TESTS="$TESTS $(basename "$f")"
 	done

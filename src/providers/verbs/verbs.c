@@ -134,7 +134,7 @@ static bool gid_is_v4mapped(const union ibv_gid *g)
  * IPv4-mapped address (routable, and what rdma_cm would pick for IPv4
  * peers); failing that, index 0, which on InfiniBand is the port GID.
  */
-static int select_gid(struct verbs_ctx *c, const char *want)
+static int select_gid(struct tf_verbs_ctx *c, const char *want)
 {
 	int idx = 0;
 
@@ -199,7 +199,7 @@ int tf_verbs_mtu_from_bytes(uint64_t bytes, enum ibv_mtu *mtu)
 }
 
 /* Capabilities that the device attributes tell without trying anything. */
-static uint64_t attr_caps(const struct verbs_ctx *c)
+static uint64_t attr_caps(const struct tf_verbs_ctx *c)
 {
 	const struct ibv_device_attr *a = &c->dattr.orig_attr;
 	const struct ibv_odp_caps *odp = &c->dattr.odp_caps;
@@ -227,7 +227,7 @@ static int verbs_context_open(const struct tf_config *cfg,
 {
 	struct ibv_device **list;
 	struct ibv_device *dev;
-	struct verbs_ctx *c;
+	struct tf_verbs_ctx *c;
 	int n, ret;
 
 	if (cfg->verbs_port < 1 || cfg->verbs_port > 255) {
@@ -341,7 +341,7 @@ err_list:
 
 static void verbs_context_close(struct tf_context *ctx)
 {
-	struct verbs_ctx *c = VERBS_CTX(ctx);
+	struct tf_verbs_ctx *c = VERBS_CTX(ctx);
 	int ret;
 
 	ret = ibv_close_device(c->ibctx);
@@ -361,7 +361,7 @@ static void verbs_context_close(struct tf_context *ctx)
  * Re-registration: the attributes do not say whether ibv_rereg_mr works
  * (rxe returns EOPNOTSUPP), so try it once on a scratch page.
  */
-static bool probe_rereg(struct verbs_ctx *c, struct ibv_pd *pd)
+static bool probe_rereg(struct tf_verbs_ctx *c, struct ibv_pd *pd)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 	struct ibv_mr *mr;
@@ -391,7 +391,7 @@ static bool probe_rereg(struct verbs_ctx *c, struct ibv_pd *pd)
  * Inline data: the device attributes have no limit for it; the only way to
  * learn it is to create a QP.  Try decreasing sizes.
  */
-static uint32_t probe_inline(struct verbs_ctx *c, struct ibv_pd *pd)
+static uint32_t probe_inline(struct tf_verbs_ctx *c, struct ibv_pd *pd)
 {
 	static const uint32_t sizes[] = {1024, 512, 256, 128, 64, 32};
 	struct ibv_cq *cq;
@@ -423,7 +423,7 @@ static uint32_t probe_inline(struct verbs_ctx *c, struct ibv_pd *pd)
 	return best;
 }
 
-static void probe_caps(struct verbs_ctx *c)
+static void probe_caps(struct tf_verbs_ctx *c)
 {
 	struct ibv_pd *pd;
 
@@ -453,7 +453,7 @@ static uint32_t clamp_u32(int64_t v)
 
 static int verbs_query_caps(struct tf_context *ctx, tf_caps_t *caps)
 {
-	struct verbs_ctx *c = VERBS_CTX(ctx);
+	struct tf_verbs_ctx *c = VERBS_CTX(ctx);
 	const struct ibv_device_attr *a = &c->dattr.orig_attr;
 
 	probe_caps(c);
@@ -509,7 +509,7 @@ static void verbs_mem_free(struct tf_context *ctx, void *addr, size_t size)
 
 static int verbs_pd_alloc(struct tf_context *ctx, struct tf_pd **pd_p)
 {
-	struct verbs_pd *pd;
+	struct tf_verbs_pd *pd;
 	int ret;
 
 	pd = tf__calloc(1, sizeof(*pd));
@@ -529,7 +529,7 @@ static int verbs_pd_alloc(struct tf_context *ctx, struct tf_pd **pd_p)
 
 static int verbs_pd_free(struct tf_pd *bpd)
 {
-	struct verbs_pd *pd = VERBS_PD(bpd);
+	struct tf_verbs_pd *pd = VERBS_PD(bpd);
 	int ret;
 
 	ret = ibv_dealloc_pd(pd->ibpd);
@@ -546,7 +546,7 @@ static int verbs_pd_free(struct tf_pd *bpd)
 static int verbs_mr_reg(struct tf_pd *bpd, void *addr, size_t length,
 			unsigned access, struct tf_mr **mr_p)
 {
-	struct verbs_mr *mr;
+	struct tf_verbs_mr *mr;
 	int ret;
 
 	mr = tf__calloc(1, sizeof(*mr));
@@ -571,7 +571,7 @@ static int verbs_mr_reg(struct tf_pd *bpd, void *addr, size_t length,
 
 static int verbs_mr_dereg(struct tf_mr *bmr)
 {
-	struct verbs_mr *mr = VERBS_MR(bmr);
+	struct tf_verbs_mr *mr = VERBS_MR(bmr);
 	int ret;
 
 	ret = ibv_dereg_mr(mr->ibmr);
@@ -590,8 +590,8 @@ static int verbs_mr_dereg(struct tf_mr *bmr)
 
 static int verbs_mw_alloc(struct tf_pd *bpd, struct tf_mw **mw_p)
 {
-	struct verbs_ctx *c = VERBS_CTX(bpd->ctx);
-	struct verbs_mw *mw;
+	struct tf_verbs_ctx *c = VERBS_CTX(bpd->ctx);
+	struct tf_verbs_mw *mw;
 	int ret;
 
 	if (!(c->cap_flags & TF_CAP_MW_TYPE2)) {
@@ -617,7 +617,7 @@ static int verbs_mw_alloc(struct tf_pd *bpd, struct tf_mw **mw_p)
 
 static int verbs_mw_dealloc(struct tf_mw *bmw)
 {
-	struct verbs_mw *mw = VERBS_MW(bmw);
+	struct tf_verbs_mw *mw = VERBS_MW(bmw);
 	int ret;
 
 	/* Off the QP's list first: a QP destroyed meanwhile then leaves

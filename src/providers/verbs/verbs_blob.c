@@ -38,7 +38,7 @@ static uint32_t get32(const uint8_t *p)
 }
 
 /* The name of the first field of @a out of range, or NULL. */
-static const char *bad_field(const struct verbs_addr *a)
+static const char *bad_field(const struct tf_verbs_addr *a)
 {
 	if (a->link_layer != VERBS_LL_IB && a->link_layer != VERBS_LL_ETH)
 		return "link layer";
@@ -53,7 +53,8 @@ static const char *bad_field(const struct verbs_addr *a)
 	return NULL;
 }
 
-int tf_verbs_addr_encode(const struct verbs_addr *a, void *buf, size_t *len_p)
+int tf_verbs_addr_encode(const struct tf_verbs_addr *a, void *buf,
+			 size_t *len_p)
 {
 	const char *bad = bad_field(a);
 	uint8_t *p = buf;
@@ -89,10 +90,10 @@ static uint8_t mtu_code(uint16_t bytes)
 	return 0;
 }
 
-int tf_verbs_addr_decode(const void *buf, size_t len, struct verbs_addr *a)
+int tf_verbs_addr_decode(const void *buf, size_t len, struct tf_verbs_addr *a)
 {
 	const uint8_t *p = buf;
-	struct verbs_addr d;
+	struct tf_verbs_addr d;
 	const char *bad;
 	uint16_t mtu_bytes;
 
@@ -140,7 +141,7 @@ int tf_verbs_addr_decode(const void *buf, size_t len, struct verbs_addr *a)
 	return 0;
 }
 
-int tf_verbs_addr_reachable(const struct verbs_addr *peer, uint8_t local_ll)
+int tf_verbs_addr_reachable(const struct tf_verbs_addr *peer, uint8_t local_ll)
 {
 	static const uint8_t zero[16];
 

@@ -36,7 +36,7 @@
 #define VERBS_24B_MASK 0xffffffu
 
 /* The fields of a blob, each within the range the comments give. */
-struct verbs_addr {
+struct tf_verbs_addr {
 	uint32_t qpn; /* VERBS_QPN_MIN..VERBS_24B_MASK */
 	uint32_t psn; /* 0..VERBS_24B_MASK */
 	uint8_t gid[16];
@@ -51,18 +51,19 @@ struct verbs_addr {
  * VERBS_ADDR_LEN.  Returns 0, -ENOSPC (buffer too small) or -EINVAL (a
  * field out of range: the peer would refuse the blob).
  */
-int tf_verbs_addr_encode(const struct verbs_addr *a, void *buf, size_t *len_p);
+int tf_verbs_addr_encode(const struct tf_verbs_addr *a, void *buf,
+			 size_t *len_p);
 /*
  * Decode the blob of @len bytes at @buf into *@a (written only on
  * success).  Returns 0, -TF_EPEER (not a verbs blob), -TF_EVERSION or
  * -TF_EWIRE (wrong length, a field out of range, reserved bytes set).
  */
-int tf_verbs_addr_decode(const void *buf, size_t len, struct verbs_addr *a);
+int tf_verbs_addr_decode(const void *buf, size_t len, struct tf_verbs_addr *a);
 /*
  * Whether a device whose port has link layer @local_ll can reach @peer (a
  * decoded blob): the same link layer, and a GID (RoCE) or LID (IB) to
  * route to.  Returns 0 or -TF_EPEER.
  */
-int tf_verbs_addr_reachable(const struct verbs_addr *peer, uint8_t local_ll);
+int tf_verbs_addr_reachable(const struct tf_verbs_addr *peer, uint8_t local_ll);
 
 #endif /* TOLLFREE_VERBS_BLOB_H */

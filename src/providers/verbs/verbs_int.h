@@ -50,9 +50,13 @@
 /* Completions fetched per ibv_poll_cq call. */
 #define VERBS_POLL_BATCH 32
 
-struct verbs_qp;
+/* The provider's objects are tf_verbs_*, never verbs_*: rdma-core's
+ * provider header (infiniband/driver.h) names its own struct verbs_qp,
+ * verbs_cq, verbs_mr, verbs_context, and a reader of both must not take
+ * ours for theirs. */
+struct tf_verbs_qp;
 
-struct verbs_ctx {
+struct tf_verbs_ctx {
 	struct tf_context base;
 	struct ibv_context *ibctx;
 	struct ibv_device_attr_ex dattr;
@@ -76,25 +80,25 @@ struct verbs_ctx {
 	uint64_t probed_flags;	  /* TF_CAP_REREG, TF_CAP_INLINE */
 	uint32_t max_inline_data; /* largest inline size a QP accepted */
 
-	/* Guards the bound-window lists of QPs and verbs_mw.bound_qp. */
+	/* Guards the bound-window lists of QPs and tf_verbs_mw.bound_qp. */
 	pthread_mutex_t mw_lock;
 
 	/* qp_num -> QP, open addressing with linear probing.  Pollers hold
 	 * the lock in read mode while they use a QP found here, so that
 	 * qp_destroy (write mode) cannot free it under them. */
 	pthread_rwlock_t qp_lock;
-	struct verbs_qp **qp_tab;
+	struct tf_verbs_qp **qp_tab;
 	uint32_t qp_tab_mask; /* size - 1, size a power of two */
 	uint32_t qp_count;
 	atomic_uint qp_gen;
 };
 
-struct verbs_pd {
+struct tf_verbs_pd {
 	struct tf_pd base;
 	struct ibv_pd *ibpd;
 };
 
-struct verbs_mr {
+struct tf_verbs_mr {
 	struct tf_mr base;
 	struct ibv_mr *ibmr;
 };
@@ -107,41 +111,41 @@ struct verbs_mr {
  * QP, which also keeps their region from being deregistered, so the
  * provider revokes them itself (verbs_qp.c, mw_revoke_all).
  */
-struct verbs_mw {
+struct tf_verbs_mw {
 	struct tf_mw base;
-	struct ibv_mw *ibmw;	   /* NULL if re-allocation failed */
-	struct verbs_qp *bound_qp; /* guarded by verbs_ctx.mw_lock */
-	struct verbs_mw *next_bound;
+	struct ibv_mw *ibmw;	      /* NULL if re-allocation failed */
+	struct tf_verbs_qp *bound_qp; /* guarded by tf_verbs_ctx.mw_lock */
+	struct tf_verbs_mw *next_bound;
 };
 
-struct verbs_cq {
+struct tf_verbs_cq {
 	struct tf_cq base;
 	struct ibv_cq *ibcq;
 	struct ibv_comp_channel *chan;
 };
 
 /* One posted send-queue WR. */
-struct verbs_swr {
-	uint64_t wr_id;	     /* the user's */
-	uint64_t bytes;	     /* payload, for bytes_out */
-	struct verbs_mw *mw; /* BIND_MW: the window */
-	uint32_t old_rkey;   /* BIND_MW: key before the bind */
-	uint32_t new_rkey;   /* BIND_MW: key the bind installs */
-	uint8_t opcode;	     /* enum tf_wr_opcode */
+struct tf_verbs_swr {
+	uint64_t wr_id;		/* the user's */
+	uint64_t bytes;		/* payload, for bytes_out */
+	struct tf_verbs_mw *mw; /* BIND_MW: the window */
+	uint32_t old_rkey;	/* BIND_MW: key before the bind */
+	uint32_t new_rkey;	/* BIND_MW: key the bind installs */
+	uint8_t opcode;		/* enum tf_wr_opcode */
 	uint8_t signaled;
 };
 
-struct verbs_qp {
+struct tf_verbs_qp {
 	struct tf_qp base;
 	struct ibv_qp *ibqp;
-	struct verbs_ctx *ctx;
+	struct tf_verbs_ctx *ctx;
 	uint32_t gen; /* VERBS_WRID_GEN_MASK bits */
 	uint32_t psn; /* our initial send PSN (24 bits) */
 
 	/* Send ring: the poster advances sq_head, the poller sq_tail; one
 	 * thread each (a QP and a CQ are each serialized by their callers),
 	 * so acquire/release on the indices is enough. */
-	struct verbs_swr *sq;
+	struct tf_verbs_swr *sq;
 	uint32_t sq_mask;
 	uint32_t sq_max; /* WRs that may be outstanding */
 	_Atomic uint64_t sq_head, sq_tail;
@@ -150,16 +154,16 @@ struct verbs_qp {
 	uint32_t rq_mask;
 	uint32_t rq_max;
 	_Atomic uint64_t rq_head, rq_tail;
-	/* Windows bound through this QP (see struct verbs_mw). */
-	struct verbs_mw *bound_mws;
+	/* Windows bound through this QP (see struct tf_verbs_mw). */
+	struct tf_verbs_mw *bound_mws;
 };
 
-#define VERBS_CTX(_c) ((struct verbs_ctx *)(_c))
-#define VERBS_PD(_p)  ((struct verbs_pd *)(_p))
-#define VERBS_MR(_m)  ((struct verbs_mr *)(_m))
-#define VERBS_MW(_m)  ((struct verbs_mw *)(_m))
-#define VERBS_CQ(_c)  ((struct verbs_cq *)(_c))
-#define VERBS_QP(_q)  ((struct verbs_qp *)(_q))
+#define VERBS_CTX(_c) ((struct tf_verbs_ctx *)(_c))
+#define VERBS_PD(_p)  ((struct tf_verbs_pd *)(_p))
+#define VERBS_MR(_m)  ((struct tf_verbs_mr *)(_m))
+#define VERBS_MW(_m)  ((struct tf_verbs_mw *)(_m))
+#define VERBS_CQ(_c)  ((struct tf_verbs_cq *)(_c))
+#define VERBS_QP(_q)  ((struct tf_verbs_qp *)(_q))
 
 /* Map TF_ACCESS_* to IBV_ACCESS_* (one to one). */
 int tf_verbs_access(unsigned access);
@@ -186,8 +190,8 @@ int tf_verbs_post_send(struct tf_qp *qp, struct tf_send_wr *wr,
 		       struct tf_send_wr **bad_wr_p);
 int tf_verbs_post_recv(struct tf_qp *qp, struct tf_recv_wr *wr,
 		       struct tf_recv_wr **bad_wr_p);
-void tf_verbs_qp_map_free(struct verbs_ctx *ctx);
+void tf_verbs_qp_map_free(struct tf_verbs_ctx *ctx);
 /* Take @mw off the bound list of its QP, if it is on one. */
-void tf_verbs_mw_unbind(struct verbs_ctx *ctx, struct verbs_mw *mw);
+void tf_verbs_mw_unbind(struct tf_verbs_ctx *ctx, struct tf_verbs_mw *mw);
 
 #endif /* TOLLFREE_VERBS_INT_H */

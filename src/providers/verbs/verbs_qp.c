@@ -35,15 +35,15 @@ static uint32_t qpn_hash(uint32_t qpn)
 }
 
 /* Lock must be held in write mode. */
-static int qp_map_grow(struct verbs_ctx *c)
+static int qp_map_grow(struct tf_verbs_ctx *c)
 {
 	uint32_t nmask = c->qp_tab_mask * 2 + 1;
-	struct verbs_qp **nt = tf__calloc(nmask + 1, sizeof(*nt));
+	struct tf_verbs_qp **nt = tf__calloc(nmask + 1, sizeof(*nt));
 
 	if (!nt)
 		return -ENOMEM;
 	for (uint32_t i = 0; i <= c->qp_tab_mask; i++) {
-		struct verbs_qp *qp = c->qp_tab[i];
+		struct tf_verbs_qp *qp = c->qp_tab[i];
 		uint32_t j;
 
 		if (!qp)
@@ -59,7 +59,7 @@ static int qp_map_grow(struct verbs_ctx *c)
 	return 0;
 }
 
-static int qp_map_insert(struct verbs_ctx *c, struct verbs_qp *qp)
+static int qp_map_insert(struct tf_verbs_ctx *c, struct tf_verbs_qp *qp)
 {
 	uint32_t i;
 	int ret = 0;
@@ -82,7 +82,7 @@ out_unlock:
 }
 
 /* Lock must be held (either mode). */
-static struct verbs_qp *qp_map_find(struct verbs_ctx *c, uint32_t qpn)
+static struct tf_verbs_qp *qp_map_find(struct tf_verbs_ctx *c, uint32_t qpn)
 {
 	for (uint32_t i = qpn_hash(qpn) & c->qp_tab_mask; c->qp_tab[i];
 	     i = (i + 1) & c->qp_tab_mask)
@@ -93,7 +93,7 @@ static struct verbs_qp *qp_map_find(struct verbs_ctx *c, uint32_t qpn)
 
 /* Remove with backward-shift deletion, which keeps every probe run
  * unbroken without tombstones. */
-static void qp_map_remove(struct verbs_ctx *c, struct verbs_qp *qp)
+static void qp_map_remove(struct tf_verbs_ctx *c, struct tf_verbs_qp *qp)
 {
 	uint32_t m = c->qp_tab_mask, i, j;
 
@@ -120,7 +120,7 @@ out_unlock:
 	pthread_rwlock_unlock(&c->qp_lock);
 }
 
-void tf_verbs_qp_map_free(struct verbs_ctx *c)
+void tf_verbs_qp_map_free(struct tf_verbs_ctx *c)
 {
 	tf__free(c->qp_tab);
 	c->qp_tab = NULL;
@@ -131,8 +131,8 @@ void tf_verbs_qp_map_free(struct verbs_ctx *c)
 int tf_verbs_cq_create(struct tf_context *ctx, uint32_t depth,
 		       struct tf_cq **cq_p)
 {
-	struct verbs_ctx *c = VERBS_CTX(ctx);
-	struct verbs_cq *cq;
+	struct tf_verbs_ctx *c = VERBS_CTX(ctx);
+	struct tf_verbs_cq *cq;
 	int ret, fl;
 
 	if (depth > (uint32_t)c->dattr.orig_attr.max_cqe) {
@@ -177,7 +177,7 @@ err_free:
 }
 
 /* Consume and acknowledge the events delivered on the channel. */
-static void cq_drain_events(struct verbs_cq *cq)
+static void cq_drain_events(struct tf_verbs_cq *cq)
 {
 	unsigned n = 0;
 	struct ibv_cq *ev;
@@ -191,7 +191,7 @@ static void cq_drain_events(struct verbs_cq *cq)
 
 int tf_verbs_cq_destroy(struct tf_cq *bcq)
 {
-	struct verbs_cq *cq = VERBS_CQ(bcq);
+	struct tf_verbs_cq *cq = VERBS_CQ(bcq);
 	int ret;
 
 	/* ibv_destroy_cq waits for every event it delivered to be acked. */
@@ -216,7 +216,7 @@ int tf_verbs_cq_fd(struct tf_cq *bcq)
 
 int tf_verbs_cq_arm(struct tf_cq *bcq)
 {
-	struct verbs_cq *cq = VERBS_CQ(bcq);
+	struct tf_verbs_cq *cq = VERBS_CQ(bcq);
 	int ret;
 
 	cq_drain_events(cq);
@@ -290,9 +290,9 @@ static enum tf_wc_opcode send_wc_opcode(uint8_t op)
 /* ---------------------------------------------------------------- windows */
 
 /* Lock must be held (ctx->mw_lock). */
-static void mw_unlink(struct verbs_mw *mw)
+static void mw_unlink(struct tf_verbs_mw *mw)
 {
-	struct verbs_mw **pp;
+	struct tf_verbs_mw **pp;
 
 	if (!mw->bound_qp)
 		return;
@@ -305,7 +305,7 @@ static void mw_unlink(struct verbs_mw *mw)
 	mw->next_bound = NULL;
 }
 
-void tf_verbs_mw_unbind(struct verbs_ctx *c, struct verbs_mw *mw)
+void tf_verbs_mw_unbind(struct tf_verbs_ctx *c, struct tf_verbs_mw *mw)
 {
 	pthread_mutex_lock(&c->mw_lock);
 	mw_unlink(mw);
@@ -313,7 +313,7 @@ void tf_verbs_mw_unbind(struct verbs_ctx *c, struct verbs_mw *mw)
 }
 
 /* A BIND_MW through @qp completed: the window is bound through it. */
-static void mw_bound(struct verbs_qp *qp, struct verbs_mw *mw)
+static void mw_bound(struct tf_verbs_qp *qp, struct tf_verbs_mw *mw)
 {
 	pthread_mutex_lock(&qp->ctx->mw_lock);
 	mw_unlink(mw);
@@ -325,10 +325,10 @@ static void mw_bound(struct verbs_qp *qp, struct verbs_mw *mw)
 
 /* @rkey, a window bound through @qp, was invalidated (LOCAL_INV on the
  * QP or a SEND_WITH_INV received on it). */
-static void mw_invalidated(struct verbs_qp *qp, uint32_t rkey)
+static void mw_invalidated(struct tf_verbs_qp *qp, uint32_t rkey)
 {
 	pthread_mutex_lock(&qp->ctx->mw_lock);
-	for (struct verbs_mw *mw = qp->bound_mws; mw; mw = mw->next_bound)
+	for (struct tf_verbs_mw *mw = qp->bound_mws; mw; mw = mw->next_bound)
 		if (mw->ibmw && mw->ibmw->rkey == rkey) {
 			mw_unlink(mw);
 			break;
@@ -342,13 +342,13 @@ static void mw_invalidated(struct verbs_qp *qp, uint32_t rkey)
  * one is deallocated (which unbinds it and frees its region) and a fresh,
  * unbound one takes its place behind the same tf_mw.
  */
-static void mw_revoke_all(struct verbs_qp *qp)
+static void mw_revoke_all(struct tf_verbs_qp *qp)
 {
-	struct verbs_ctx *c = qp->ctx;
+	struct tf_verbs_ctx *c = qp->ctx;
 
 	pthread_mutex_lock(&c->mw_lock);
 	while (qp->bound_mws) {
-		struct verbs_mw *mw = qp->bound_mws;
+		struct tf_verbs_mw *mw = qp->bound_mws;
 		int ret;
 
 		mw_unlink(mw);
@@ -375,7 +375,7 @@ static void mw_revoke_all(struct verbs_qp *qp)
 }
 
 /* Account for a send-queue WR that completed successfully. */
-static void swr_done(struct verbs_qp *qp, const struct verbs_swr *e)
+static void swr_done(struct tf_verbs_qp *qp, const struct tf_verbs_swr *e)
 {
 	struct tf_context *ctx = &qp->ctx->base;
 
@@ -393,7 +393,7 @@ static void swr_done(struct verbs_qp *qp, const struct verbs_swr *e)
 }
 
 /* The QP reached the error state (counted once per QP). */
-static void qp_went_error(struct verbs_qp *qp)
+static void qp_went_error(struct tf_verbs_qp *qp)
 {
 	if (qp->base.state == TF_QPS_ERR)
 		return;
@@ -414,11 +414,11 @@ static uint64_t seq_expand(uint64_t tail, uint64_t wr_id)
  * live QP (destroyed: its work is dropped, as tf_qp_destroy documents).
  * The QP-map lock must be held in read mode.
  */
-static bool translate_wc(struct verbs_ctx *c, const struct ibv_wc *iw,
+static bool translate_wc(struct tf_verbs_ctx *c, const struct ibv_wc *iw,
 			 struct tf_wc *wc)
 {
-	struct verbs_qp *qp = qp_map_find(c, iw->qp_num);
-	const struct verbs_swr *e;
+	struct tf_verbs_qp *qp = qp_map_find(c, iw->qp_num);
+	const struct tf_verbs_swr *e;
 	uint64_t tail, head, seq;
 
 	if (!qp || ((iw->wr_id >> VERBS_WRID_GEN_SHIFT) &
@@ -510,8 +510,8 @@ static bool translate_wc(struct verbs_ctx *c, const struct ibv_wc *iw,
 
 int tf_verbs_cq_poll(struct tf_cq *bcq, int n, struct tf_wc *wc)
 {
-	struct verbs_cq *cq = VERBS_CQ(bcq);
-	struct verbs_ctx *c = VERBS_CTX(bcq->ctx);
+	struct tf_verbs_cq *cq = VERBS_CQ(bcq);
+	struct tf_verbs_ctx *c = VERBS_CTX(bcq->ctx);
 	struct ibv_wc iw[VERBS_POLL_BATCH];
 	int got = 0;
 
@@ -573,7 +573,7 @@ static uint8_t ack_timeout(uint32_t timeout_ms)
 int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 		       struct tf_qp **qp_p)
 {
-	struct verbs_ctx *c = VERBS_CTX(bpd->ctx);
+	struct tf_verbs_ctx *c = VERBS_CTX(bpd->ctx);
 	struct ibv_qp_init_attr ia = {
 		.send_cq = VERBS_CQ(attr->send_cq)->ibcq,
 		.recv_cq = VERBS_CQ(attr->recv_cq)->ibcq,
@@ -591,7 +591,7 @@ int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 		.port_num = c->port,
 		.qp_access_flags = tf_verbs_access(attr->access),
 	};
-	struct verbs_qp *qp;
+	struct tf_verbs_qp *qp;
 	uint32_t psn;
 	int ret;
 
@@ -674,7 +674,7 @@ err_free:
 
 int tf_verbs_qp_destroy(struct tf_qp *bqp)
 {
-	struct verbs_qp *qp = VERBS_QP(bqp);
+	struct tf_verbs_qp *qp = VERBS_QP(bqp);
 	int ret;
 
 	/* Windows first: a type-2 window holds a reference on its QP, and
@@ -705,14 +705,14 @@ _Static_assert(IBV_MTU_256 == VERBS_MTU_MIN && IBV_MTU_4096 == VERBS_MTU_MAX &&
 
 int tf_verbs_qp_get_addr(struct tf_qp *bqp, void *buf, size_t *len_p)
 {
-	struct verbs_qp *qp = VERBS_QP(bqp);
-	struct verbs_ctx *c = qp->ctx;
-	struct verbs_addr a = {.qpn = qp->base.qpn,
-			       .psn = qp->psn,
-			       .lid = c->pattr.lid,
-			       .mtu = (uint8_t)c->mtu,
-			       .link_layer = c->link_layer,
-			       .port = c->port};
+	struct tf_verbs_qp *qp = VERBS_QP(bqp);
+	struct tf_verbs_ctx *c = qp->ctx;
+	struct tf_verbs_addr a = {.qpn = qp->base.qpn,
+				  .psn = qp->psn,
+				  .lid = c->pattr.lid,
+				  .mtu = (uint8_t)c->mtu,
+				  .link_layer = c->link_layer,
+				  .port = c->port};
 
 	memcpy(a.gid, c->gid.raw, 16);
 	return tf_verbs_addr_encode(&a, buf, len_p);
@@ -720,10 +720,10 @@ int tf_verbs_qp_get_addr(struct tf_qp *bqp, void *buf, size_t *len_p)
 
 int tf_verbs_qp_connect(struct tf_qp *bqp, const void *addr, size_t len)
 {
-	struct verbs_qp *qp = VERBS_QP(bqp);
-	struct verbs_ctx *c = qp->ctx;
+	struct tf_verbs_qp *qp = VERBS_QP(bqp);
+	struct tf_verbs_ctx *c = qp->ctx;
 	const struct ibv_device_attr *da = &c->dattr.orig_attr;
-	struct verbs_addr peer;
+	struct tf_verbs_addr peer;
 	struct ibv_qp_attr a;
 	int ret;
 
@@ -806,7 +806,7 @@ int tf_verbs_qp_connect(struct tf_qp *bqp, const void *addr, size_t len)
 
 int tf_verbs_qp_set_error(struct tf_qp *bqp)
 {
-	struct verbs_qp *qp = VERBS_QP(bqp);
+	struct tf_verbs_qp *qp = VERBS_QP(bqp);
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
 	int ret;
 
@@ -822,7 +822,7 @@ int tf_verbs_qp_set_error(struct tf_qp *bqp)
 
 /* ---------------------------------------------------------------- post */
 
-static uint64_t make_wrid(const struct verbs_qp *qp, uint64_t seq, bool recv)
+static uint64_t make_wrid(const struct tf_verbs_qp *qp, uint64_t seq, bool recv)
 {
 	return (recv ? VERBS_WRID_RECV : 0) |
 	       (uint64_t)qp->gen << VERBS_WRID_GEN_SHIFT |
@@ -848,8 +848,8 @@ static uint32_t next_mw_rkey(uint32_t cur)
  * the device or leaves undefined, so that a malformed request fails here
  * with -EINVAL, and an operation the device lacks with -EOPNOTSUPP.
  */
-static int xlate_send(struct verbs_qp *qp, const struct tf_send_wr *wr,
-		      struct ibv_send_wr *iw, struct verbs_swr *e)
+static int xlate_send(struct tf_verbs_qp *qp, const struct tf_send_wr *wr,
+		      struct ibv_send_wr *iw, struct tf_verbs_swr *e)
 {
 	uint64_t caps = qp->ctx->cap_flags;
 	uint64_t bytes = 0;
@@ -931,7 +931,7 @@ static int xlate_send(struct verbs_qp *qp, const struct tf_send_wr *wr,
 		iw->wr.atomic.swap = wr->wr.atomic.swap;
 		break;
 	case TF_WR_BIND_MW: {
-		struct verbs_mw *mw = VERBS_MW(wr->wr.bind_mw.mw);
+		struct tf_verbs_mw *mw = VERBS_MW(wr->wr.bind_mw.mw);
 
 		if (!(caps & TF_CAP_MW_TYPE2))
 			return -EOPNOTSUPP;
@@ -977,10 +977,10 @@ static int xlate_send(struct verbs_qp *qp, const struct tf_send_wr *wr,
 
 /* The first @n translated WRs were accepted by the device: publish them
  * to the poller and give bound windows their new keys. */
-static void commit_send(struct verbs_qp *qp, uint64_t head, int n)
+static void commit_send(struct tf_verbs_qp *qp, uint64_t head, int n)
 {
 	for (int i = 0; i < n; i++) {
-		struct verbs_swr *e =
+		struct tf_verbs_swr *e =
 			&qp->sq[(head + (uint64_t)i) & qp->sq_mask];
 
 		if (e->opcode == TF_WR_BIND_MW) {
@@ -997,7 +997,7 @@ static void commit_send(struct verbs_qp *qp, uint64_t head, int n)
 int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
 		       struct tf_send_wr **bad_wr_p)
 {
-	struct verbs_qp *qp = VERBS_QP(bqp);
+	struct tf_verbs_qp *qp = VERBS_QP(bqp);
 	struct ibv_send_wr iw[VERBS_POST_BATCH], *ibad;
 	struct tf_send_wr *src[VERBS_POST_BATCH];
 	int ret = 0, posted = 0;
@@ -1063,7 +1063,7 @@ int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
  * posting a receive does not trigger; moving the QP to the error state
  * again (allowed from any state) runs it.
  */
-static void kick_flush(struct verbs_qp *qp)
+static void kick_flush(struct tf_verbs_qp *qp)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
 	int ret = ibv_modify_qp(qp->ibqp, &a, IBV_QP_STATE);
@@ -1076,7 +1076,7 @@ static void kick_flush(struct verbs_qp *qp)
 int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
 		       struct tf_recv_wr **bad_wr_p)
 {
-	struct verbs_qp *qp = VERBS_QP(bqp);
+	struct tf_verbs_qp *qp = VERBS_QP(bqp);
 	struct ibv_recv_wr iw[VERBS_POST_BATCH], *ibad;
 	struct tf_recv_wr *src[VERBS_POST_BATCH];
 	int ret = 0, posted = 0;

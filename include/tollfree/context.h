@@ -46,7 +46,8 @@ typedef struct tf_context_params {
  * @params: may be NULL (everything from the configuration).
  * With provider "auto", the verbs provider is used when an RDMA device is
  * present, otherwise the soft provider.
- * Returns 0, -TF_ENOPROVIDER when the requested provider is not built in or
+ * Returns 0, -EINVAL for an invalid parameter or configuration (also with
+ * "auto"), -TF_ENOPROVIDER when the requested provider is not built in or
  * has no device, -ENOMEM, or a provider error.  Thread-safe.
  */
 int tf_context_open(const tf_context_params_t *params, tf_context_t **ctx_p);

@@ -99,7 +99,9 @@ typedef struct tf_caps {
 	uint32_t max_msg_size;
 	char provider[16];
 	char device[64];
-	char transport[16]; /* soft: shm|tcp|auto; verbs: RoCE/IB */
+	/* soft: "shm", "tcp", or "auto" and what it has chosen at connects
+	 * so far ("auto:shm", "auto:tcp", "auto:shm+tcp"); verbs: RoCE/IB */
+	char transport[16];
 	uint64_t reserved[8];
 } tf_caps_t;
 

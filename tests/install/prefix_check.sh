@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # install_prefix: "cmake --install BUILD --prefix P" gives a usable P:
 # tollfree.pc names P (not the prefix configured at build time), so
-# pkg-config points at P's headers and library.
+# pkg-config points at P's headers and library, and the installed tools
+# find P's library without LD_LIBRARY_PATH (an $ORIGIN-relative RUNPATH).
 # Usage: prefix_check.sh BUILD_DIR
 set -eu
 build=$1
@@ -25,4 +26,12 @@ echo "pkg-config: $cflags | $libs"
 	fail "includedir has no tollfree/tollfree.h"
 ls "$(pkg-config --variable=libdir tollfree)"/libtollfree.so >/dev/null ||
 	fail "libdir has no libtollfree.so"
+for tool in "tollfree-info -v" "tollfree-bench -h"; do
+	env -u LD_LIBRARY_PATH "$p/bin/"$tool >"$dir/out" 2>&1 ||
+		{ cat "$dir/out"; fail "$tool does not run"; }
+	tool=${tool% -*}
+	# It must be P's library, not one installed elsewhere.
+	env -u LD_LIBRARY_PATH ldd "$p/bin/$tool" | grep -q "=> $p/" ||
+		fail "$tool does not load the library from $p"
+done
 echo "install_prefix: PASS"

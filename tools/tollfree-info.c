@@ -74,13 +74,62 @@ static const struct {
 	{TF_CAP_INLINE, "inline"},
 };
 
-static void print_caps(const tf_caps_t *c)
+/*
+ * The soft provider's "auto" picks a transport per peer when a QP connects
+ * (caps say "auto" until then, "auto:shm" and so on after).  Connect a
+ * loopback pair of QPs, a peer on this host, so that the caps show what
+ * auto chooses here.  Returns 0 or a negative error code.
+ */
+static int probe_auto_transport(tf_context_t *ctx)
+{
+	tf_qp_params_t qp = {0};
+	tf_pd_t *pd = NULL;
+	tf_cq_t *cq = NULL;
+	tf_qp_t *a = NULL, *b = NULL;
+	uint8_t addr_a[TF_QP_ADDR_MAX], addr_b[TF_QP_ADDR_MAX];
+	size_t len_a = sizeof(addr_a), len_b = sizeof(addr_b);
+	int ret;
+
+	ret = tf_pd_create(ctx, &pd);
+	if (!ret)
+		ret = tf_cq_create(ctx, NULL, &cq);
+	qp.send_cq = cq;
+	qp.recv_cq = cq;
+	if (!ret)
+		ret = tf_qp_create(pd, &qp, &a);
+	if (!ret)
+		ret = tf_qp_create(pd, &qp, &b);
+	if (!ret)
+		ret = tf_qp_get_addr(a, addr_a, &len_a);
+	if (!ret)
+		ret = tf_qp_get_addr(b, addr_b, &len_b);
+	if (!ret)
+		ret = tf_qp_connect(a, addr_b, len_b);
+	if (!ret)
+		ret = tf_qp_connect(b, addr_a, len_a);
+	tf_qp_destroy(b);
+	tf_qp_destroy(a);
+	tf_cq_destroy(cq);
+	tf_pd_destroy(pd);
+	return ret;
+}
+
+static void print_caps(const tf_caps_t *c, int probe_ret)
 {
 	uint64_t known = 0;
 	size_t i;
 
 	printf("    device:          %s\n", c->device);
-	printf("    transport:       %s\n", c->transport);
+	if (probe_ret)
+		printf("    transport:       %s (choice for a peer on this "
+		       "host unknown: %s)\n",
+		       c->transport, tf_strerror(probe_ret));
+	else if (!strncmp(c->transport, "auto:", 5))
+		printf("    transport:       %s (chosen for a peer on this "
+		       "host; tcp to other hosts)\n",
+		       c->transport);
+	else
+		printf("    transport:       %s\n", c->transport);
 	printf("    flags:          ");
 	for (i = 0; i < ARRAY_SIZE(cap_names); i++) {
 		known |= cap_names[i].flag;
@@ -120,7 +169,7 @@ static int show_devices(void)
 		};
 		tf_context_t *ctx;
 		tf_caps_t caps;
-		int ret;
+		int ret, probe = 0;
 
 		printf("provider %s: ", l.p[i].name);
 		if (l.p[i].available < 0) {
@@ -141,13 +190,18 @@ static int show_devices(void)
 		}
 		memset(&caps, 0, sizeof(caps));
 		ret = tf_context_query_caps(ctx, &caps);
+		if (!ret && !strcmp(caps.transport, "auto")) {
+			probe = probe_auto_transport(ctx);
+			if (!probe)
+				ret = tf_context_query_caps(ctx, &caps);
+		}
 		if (ret) {
 			printf("available, but querying it failed: %s\n",
 			       tf_strerror(ret));
 			failures++;
 		} else {
 			printf("available\n");
-			print_caps(&caps);
+			print_caps(&caps, probe);
 		}
 		tf_context_close(ctx);
 	}

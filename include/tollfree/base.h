@@ -61,7 +61,8 @@ enum {
  * tf_strerror - describe an error code.
  * @err: an error code as returned by a tf_ function (negative) or its
  *       absolute value; errno values and TF_E* codes are both accepted.
- * Returns a static string; never NULL.  Thread-safe.
+ * Returns a static string ("unknown error" for a code that is neither);
+ * never NULL.  Thread-safe.
  */
 const char *tf_strerror(int err);
 

@@ -46,7 +46,8 @@ typedef struct tf_context_params {
  * @params: may be NULL (everything from the configuration).
  * With provider "auto", the verbs provider is used when an RDMA device is
  * present, otherwise the soft provider.
- * Returns 0, -TF_ENOPROVIDER when the requested provider is not built in or
+ * Returns 0, -EINVAL for an invalid parameter or configuration (also with
+ * "auto"), -TF_ENOPROVIDER when the requested provider is not built in or
  * has no device, -ENOMEM, or a provider error.  Thread-safe.
  */
 int tf_context_open(const tf_context_params_t *params, tf_context_t **ctx_p);
@@ -98,7 +99,9 @@ typedef struct tf_caps {
 	uint32_t max_msg_size;
 	char provider[16];
 	char device[64];
-	char transport[16]; /* soft: shm|tcp|auto; verbs: RoCE/IB */
+	/* soft: "shm", "tcp", or "auto" and what it has chosen at connects
+	 * so far ("auto:shm", "auto:tcp", "auto:shm+tcp"); verbs: RoCE/IB */
+	char transport[16];
 	uint64_t reserved[8];
 } tf_caps_t;
 

@@ -342,6 +342,14 @@ int tf_context_open(const tf_context_params_t *params, tf_context_t **ctx_p)
 		ret = open_with(prov, &cfg, ctx_p);
 		if (!ret)
 			return 0;
+		/* An invalid value (a transport, an MTU) is the caller's
+		 * mistake, not a missing device: report it rather than
+		 * hide it behind the next provider or -TF_ENOPROVIDER. */
+		if (ret == -EINVAL) {
+			tf_log_error("core", "cannot open provider %s: %s",
+				     prov->name, tf_strerror(ret));
+			return ret;
+		}
 		tf_log_info("core", "provider %s: %s, trying the next",
 			    prov->name, tf_strerror(ret));
 	}

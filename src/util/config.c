@@ -239,6 +239,7 @@ static void env_init(void)
 	/* The log never reads the configuration (it would re-enter this
 	 * once-routine); it is told the level instead. */
 	tf__log_set_config_level(env_cfg.log_level);
+	tf__log_set_config_rate((unsigned)env_cfg.log_rate);
 }
 
 /* Log each invalid value once, after the once-routine: a secret's value

@@ -29,6 +29,10 @@
 	   "RDMA device for the verbs provider (empty: the first one)")        \
 	XX(core, LOG_LEVEL, log_level, LOGLEVEL, "warn",                       \
 	   "Log level: error, warn, info, debug or trace")                     \
+	XX(core, LOG_RATE, log_rate, UINT, "10",                               \
+	   "Log: lines per second one message (same format, same subsystem) "  \
+	   "may print at levels error to info; the rest are counted and the "  \
+	   "count is added to its next line (0: no limit)")                    \
 	XX(core, STATS, stats, STR, "",                                        \
 	   "Dump context counters at close: stdout or stderr (one line of "    \
 	   "name=value), or file:<path> (appends a binary record that "        \

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -20,9 +21,11 @@
 
 const char *tf_strerror(int err)
 {
-	if (err < 0)
-		err = -err;
-	switch (err) {
+	/* In a long: negating INT_MIN does not fit in an int. */
+	long e = err < 0 ? -(long)err : err;
+	const char *s = NULL;
+
+	switch (e) {
 	case 0:
 		return "success";
 #define TF__ERRNO_CASE(_name, _val, _str) \
@@ -33,9 +36,19 @@ const char *tf_strerror(int err)
 	default:
 		break;
 	}
-	/* strerror() of glibc returns static strings for known codes; an
-	 * unknown one may use a static buffer, which is still no crash. */
-	return strerror(err);
+	/*
+	 * Not strerror(): for a code it does not know, glibc formats
+	 * "Unknown error N" into a per-thread buffer that its next call (and
+	 * thread exit) frees, so two tf_strerror() calls in one printf would
+	 * read freed memory.  strerrordesc_np() returns glibc's static
+	 * (untranslated) description, or NULL.
+	 */
+#if defined(__GLIBC__) && \
+	(__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+	if (e <= INT_MAX)
+		s = strerrordesc_np((int)e);
+#endif
+	return s ? s : "unknown error";
 }
 
 const char *tf_wc_status_str(enum tf_wc_status status)

@@ -56,8 +56,10 @@ void tf__free(void *ptr);
 void tf__log(tf_log_level_t level, const char *subsys, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 bool tf__log_enabled(tf_log_level_t level);
-/* Set by the configuration loader (config.c): TOLLFREE_LOG_LEVEL. */
+/* Set by the configuration loader (config.c): TOLLFREE_LOG_LEVEL and
+ * TOLLFREE_LOG_RATE (lines per second per message, 0: no limit). */
 void tf__log_set_config_level(int level);
+void tf__log_set_config_rate(unsigned per_second);
 
 #define tf_log_error(_sub, ...) tf__log(TF_LOG_ERROR, _sub, __VA_ARGS__)
 #define tf_log_warn(_sub, ...)	tf__log(TF_LOG_WARN, _sub, __VA_ARGS__)

@@ -317,10 +317,20 @@ static int soft_query_caps(struct tf_context *base, tf_caps_t *caps)
 				     ? UINT32_MAX
 				     : (uint32_t)cfg->soft_max_msg;
 	snprintf(caps->device, sizeof(caps->device), "soft");
-	snprintf(caps->transport, sizeof(caps->transport), "%s",
-		 ctx->want_shm && ctx->want_tcp ? "auto"
-		 : ctx->want_shm		? "shm"
-						: "tcp");
+	if (ctx->want_shm && ctx->want_tcp) {
+		/* "auto" chooses per peer at connect: say what it has
+		 * chosen so far, "auto" alone before the first connect. */
+		static const char *const chosen[] = {
+			"auto", "auto:shm", "auto:tcp", "auto:shm+tcp"};
+		unsigned tp = atomic_load_explicit(&ctx->tp_chosen,
+						   memory_order_relaxed);
+
+		snprintf(caps->transport, sizeof(caps->transport), "%s",
+			 chosen[tp & 3]);
+	} else {
+		snprintf(caps->transport, sizeof(caps->transport), "%s",
+			 ctx->want_shm ? "shm" : "tcp");
+	}
 	return 0;
 }
 
@@ -651,6 +661,10 @@ static int soft_qp_connect(struct tf_qp *base, const void *addr, size_t len)
 	SOFT_WRITE_ONCE(qp->connected, true);
 	if (tp == &soft_tcp_transport)
 		atomic_fetch_add(&ctx->n_tcp_qps, 1);
+	atomic_fetch_or_explicit(&ctx->tp_chosen,
+				 tp == &soft_tcp_transport ? SOFT_TP_TCP
+							   : SOFT_TP_SHM,
+				 memory_order_relaxed);
 	if (qp->base.state == TF_QPS_INIT)
 		soft_qp_set_state(qp, TF_QPS_RTS); /* through RTR */
 	soft_engine_kick(qp);

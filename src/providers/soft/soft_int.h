@@ -371,6 +371,11 @@ struct soft_xlate {
 	void *impl;
 };
 
+/* soft_ctx.tp_chosen: the transports QP connects have taken ("auto"
+ * chooses per peer; tf_context_query_caps reports them). */
+#define SOFT_TP_SHM 1u
+#define SOFT_TP_TCP 2u
+
 struct soft_ctx {
 	struct tf_context base;
 	pthread_mutex_t lock;	       /* TPT allocation, shmem table */
@@ -402,6 +407,7 @@ struct soft_ctx {
 	void *tcp_priv;
 	_Atomic bool shm_up, tcp_up; /* set once, after ctx_init */
 	atomic_uint n_tcp_qps;	     /* QPs connected over tcp */
+	atomic_uint tp_chosen;	     /* SOFT_TP_* a connect has chosen */
 	_Atomic uint32_t tick;	     /* progress calls, for rare work */
 	bool want_shm, want_tcp;     /* from TOLLFREE_SOFT_TRANSPORT */
 	/* Waking a process asleep on a CQ fd (no progress thread): peers

@@ -12,7 +12,14 @@
  *   soft_cq.c     completion queues (ring + eventfd)
  *   soft_qp.c     the engine: QP state machine, WR validation, send/recv
  *                 queues, completions, flush, BIND_MW / LOCAL_INV
- *   soft_shm.c    transport "shm" (same host)
+ *   soft_shm*.c   transport "shm" (same host; how it works is described at
+ *                 the top of soft_shm_int.h), one role per file:
+ *     soft_shm.c           ops table, submit, the progress loop
+ *     soft_shm_seg.c       segments: QP segments, peer contexts and their
+ *                          mappings, connect, teardown
+ *     soft_shm_rma.c       one-sided operations: fast path, slow cases
+ *     soft_shm_msg.c       messages: SEND ring, acks and NAKs, receive
+ *     soft_shm_int.h       what these files share
  *   soft_tcp*.c   transport "tcp" (any host; how it works is described at
  *                 the top of soft_tcp_int.h), one role per file:
  *     soft_tcp.c           ops table, context set-up (the listener), QP
@@ -358,7 +365,7 @@ struct soft_qp {
 					   * receive failed its local check */
 	const struct soft_transport_ops *tp; /* chosen at connect */
 	void *tp_priv;			     /* transport state */
-	void *shm_seg;			     /* shm: own segment (soft_shm.c) */
+	void *shm_seg;			     /* shm: own segment (shm_seg) */
 	int shm_seg_fd;
 	size_t shm_seg_size;
 };

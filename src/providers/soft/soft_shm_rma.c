@@ -1,0 +1,189 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * soft_shm_rma.c - transport "shm", one-sided operations: the initiator
+ * checks the target context's TPT (mapped read-only) and copies, with
+ * plain loads and stores into the peer's tf_mem_alloc memory mapped here,
+ * or with process_vm_readv/writev.  The target CPU does nothing.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "soft_shm_int.h"
+
+/* Copy between local SGEs (or inline data) and the peer's memory with
+ * process_vm_readv/writev. */
+static bool vm_copy(pid_t pid, const struct soft_swqe *wqe, void *local,
+		    uint64_t raddr, uint64_t len, bool write)
+{
+	struct iovec liov[SHM_MAX_PULL_SGE + 1], riov;
+	unsigned long nl = 0;
+	uint64_t done = 0;
+
+	if (local) {
+		liov[nl++] = (struct iovec){local, len};
+	} else if (wqe->inline_data) {
+		liov[nl++] = (struct iovec){wqe->inline_data, len};
+	} else {
+		for (uint32_t i = 0; i < wqe->num_sge && nl < SHM_MAX_PULL_SGE;
+		     i++)
+			if (wqe->sge[i].length)
+				liov[nl++] = (struct iovec){
+					(void *)(uintptr_t)wqe->sge[i].addr,
+					wqe->sge[i].length};
+	}
+	while (done < len) {
+		ssize_t n;
+		struct iovec *lv = liov;
+		unsigned long ln = nl;
+		uint64_t skip = done;
+
+		/* Skip what was already copied (partial transfers). */
+		while (ln && skip >= lv->iov_len) {
+			skip -= lv->iov_len;
+			lv++;
+			ln--;
+		}
+		if (!ln)
+			return false;
+		struct iovec first = {(char *)lv->iov_base + skip,
+				      lv->iov_len - skip};
+		struct iovec tmp[SHM_MAX_PULL_SGE + 1];
+
+		tmp[0] = first;
+		for (unsigned long i = 1; i < ln; i++)
+			tmp[i] = lv[i];
+		riov = (struct iovec){(void *)(uintptr_t)(raddr + done),
+				      len - done};
+		n = write ? process_vm_writev(pid, tmp, ln, &riov, 1, 0)
+			  : process_vm_readv(pid, tmp, ln, &riov, 1, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			tf_log_error(SOFT_SUBSYS, "shm: process_vm_%s(%d): %s",
+				     write ? "writev" : "readv", (int)pid,
+				     n < 0 ? strerror(errno) : "no progress");
+			return false;
+		}
+		done += (uint64_t)n;
+	}
+	return true;
+}
+
+enum tf_wc_status soft_shm_one_sided(struct soft_qp *qp, struct shm_qp *s,
+				     struct soft_swqe *wqe)
+{
+	struct soft_ctx *ctx = qp->ctx;
+	struct shm_peer *p = s->peer;
+	struct shm_seg *rs = s->rseg;
+	const struct soft_peer_addr *a = &qp->peer;
+	enum tf_wc_status st = TF_WC_SUCCESS;
+	struct soft_tpt_entry snap;
+	uint64_t len = wqe->total_len, addr = wqe->remote_addr;
+	uint32_t slot = wqe->rkey & p->mask;
+	unsigned access;
+	uint8_t *tgt = NULL;
+
+	switch (wqe->opcode) {
+	case TF_WR_RDMA_READ:
+		access = TF_ACCESS_REMOTE_READ;
+		break;
+	case TF_WR_ATOMIC_FETCH_ADD:
+	case TF_WR_ATOMIC_CMP_SWP:
+		access = TF_ACCESS_REMOTE_ATOMIC;
+		break;
+	default:
+		access = TF_ACCESS_REMOTE_WRITE;
+		break;
+	}
+	/* Dekker: publish the slot, then check the key; the revoker clears
+	 * the key, then waits for the word. */
+	/* An exchange is a full barrier on its own (cheaper than a store
+	 * and a fence). */
+	atomic_exchange_explicit(&rs->active, slot + 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&rs->state, memory_order_relaxed) !=
+	    SEG_LIVE) {
+		/* A responder in error (or gone) does not answer: the
+		 * requester's retries run out. */
+		st = TF_WC_RETRY_EXC_ERR;
+		goto out;
+	}
+	soft_tpt_read(&p->tpt->slots[slot], &snap);
+	if (!soft_tpt_allows(&snap, wqe->rkey, a->pd_id, a->qpn, a->access,
+			     addr, len, access)) {
+		tf_log_debug(SOFT_SUBSYS,
+			     "qp %#x: remote access denied by peer TPT (rkey "
+			     "%#x addr %#llx len %llu)",
+			     qp->base.qpn, wqe->rkey, (unsigned long long)addr,
+			     (unsigned long long)len);
+		atomic_store_explicit(&rs->peer_err, 1, memory_order_release);
+		soft_shm_ring_doorbell(s);
+		st = TF_WC_REM_ACCESS_ERR;
+		goto out;
+	}
+	/* The responder's translation, modelled here since we do its
+	 * work. */
+	soft_xlate_touch(ctx, addr, len);
+	if (snap.shmem_idx >= 0) {
+		uint64_t msize = 0, off = addr - snap.addr;
+
+		tgt = soft_shm_peer_map(p, snap.shmem_idx, snap.shmem_gen,
+					&msize);
+		/* The TPT entry is the peer's word: the range must also lie
+		 * inside what we really mapped, or we would touch our own
+		 * memory.  Otherwise fall back to process_vm_*, where the
+		 * kernel checks the peer's address space. */
+		if (tgt && snap.shmem_off <= msize &&
+		    off <= msize - snap.shmem_off &&
+		    len <= msize - snap.shmem_off - off)
+			tgt += snap.shmem_off + off;
+		else
+			tgt = NULL;
+	}
+	switch (wqe->opcode) {
+	case TF_WR_RDMA_READ:
+		if (tgt)
+			soft_sge_scatter(wqe->sge, wqe->num_sge, 0, tgt, len);
+		else if (!vm_copy(p->pid, wqe, NULL, addr, len, false))
+			st = TF_WC_REM_OP_ERR;
+		break;
+	case TF_WR_ATOMIC_FETCH_ADD:
+	case TF_WR_ATOMIC_CMP_SWP: {
+		pthread_mutex_t *m = &p->ctl->atomic_lock;
+		uint64_t orig = 0, nv;
+		bool ok = true;
+
+		if (pthread_mutex_lock(m) == EOWNERDEAD)
+			pthread_mutex_consistent(m);
+		if (tgt)
+			orig = *(volatile uint64_t *)tgt;
+		else
+			ok = vm_copy(p->pid, wqe, &orig, addr, 8, false);
+		nv = wqe->opcode == TF_WR_ATOMIC_FETCH_ADD
+			     ? orig + wqe->compare_add
+			     : (orig == wqe->compare_add ? wqe->swap : orig);
+		if (ok && nv != orig) {
+			if (tgt)
+				*(volatile uint64_t *)tgt = nv;
+			else
+				ok = vm_copy(p->pid, wqe, &nv, addr, 8, true);
+		}
+		pthread_mutex_unlock(m);
+		if (ok)
+			soft_sge_scatter(wqe->sge, wqe->num_sge, 0, &orig, 8);
+		else
+			st = TF_WC_REM_OP_ERR;
+		break;
+	}
+	default:
+		if (tgt)
+			soft_wqe_gather(wqe, 0, tgt, len);
+		else if (len && !vm_copy(p->pid, wqe, NULL, addr, len, true))
+			st = TF_WC_REM_OP_ERR;
+		break;
+	}
+out:
+	atomic_store_explicit(&rs->active, 0, memory_order_release);
+	return st;
+}

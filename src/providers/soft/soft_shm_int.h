@@ -209,6 +209,38 @@ bool soft_shm_peer_dead(struct shm_peer *p);
  */
 uint8_t *soft_shm_peer_map(struct shm_peer *p, int32_t idx, uint32_t gen,
 			   uint64_t *size_p);
+/*
+ * The address in this process of [@addr, +@len) of the peer's memory that
+ * TPT snapshot @snap describes, if it lies in a tf_mem_alloc region the
+ * peer context already has mapped here at the snapshot's generation; else
+ * NULL (then soft_shm_peer_map maps it, or process_vm_* copies).  Lock-free:
+ * a replacement first invalidates the slot's gen (SHM_MAP_UPDATING), so
+ * base and size are a matching pair when gen reads the same before and
+ * after.  The snapshot is the peer's word: the range must also lie inside
+ * what we really mapped, or we would touch our own memory.
+ */
+static inline uint8_t *shm_map_cached(struct shm_peer *p,
+				      const struct soft_tpt_entry *snap,
+				      uint64_t addr, uint64_t len)
+{
+	uint32_t idx = (uint32_t)snap->shmem_idx, gen = snap->shmem_gen;
+	uint64_t size, off = addr - snap->addr, soff = snap->shmem_off;
+	uint8_t *base;
+
+	if (idx >= SOFT_MAX_SHMEM ||
+	    atomic_load_explicit(&p->map[idx].gen, memory_order_acquire) != gen)
+		return NULL;
+	base = p->map[idx].base;
+	size = p->map[idx].size;
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&p->map[idx].gen, memory_order_relaxed) !=
+		    gen ||
+	    !base || soff > size || off > size - soff ||
+	    len > size - soff - off)
+		return NULL;
+	return base + soff + off;
+}
+
 /* The peer sleeps on a CQ fd: write its wake eventfd (opened on first
  * use).  A system call, but only while the peer has armed a CQ. */
 void soft_shm_wake_peer(struct shm_peer *p);

@@ -370,8 +370,10 @@ struct soft_qp {
 	size_t shm_seg_size;
 };
 
-/* The translation-cache model (see soft_xlate.c). */
+/* The translation-cache model (see soft_xlate.c).  @on is read by every
+ * transfer, the rest only while the model is on. */
 struct soft_xlate {
+	bool on; /* TOLLFREE_SOFT_XLATE_ENTRIES or _MISS_NS nonzero */
 	pthread_spinlock_t lock;
 	uint32_t capacity;
 	uint32_t miss_ns;
@@ -654,11 +656,20 @@ uint64_t soft_atomic_exec(struct soft_ctx *ctx, uint64_t *addr,
 			  enum tf_wr_opcode op, uint64_t compare_add,
 			  uint64_t swap);
 
-/* Count translations of [addr, addr+len) in the model. */
 /* shm: is there anything for progress to do?  (No locks taken.) */
 bool soft_shm_need_progress(struct soft_ctx *ctx);
 
-void soft_xlate_touch(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
+void soft_xlate_touch_model(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
+
+/* Count translations of [addr, addr+len) in the translation-cache model.
+ * The model is off unless configured (soft_xlate.c): then this is one
+ * predictable branch, no lock and no shared write per transfer. */
+static inline void soft_xlate_touch(struct soft_ctx *ctx, uint64_t addr,
+				    uint64_t len)
+{
+	if (TF__UNLIKELY(ctx->xlate.on))
+		soft_xlate_touch_model(ctx, addr, len);
+}
 
 /* QP by number (NULL if none).  Call with ctx->progress_lock held (as in
  * transport progress) so that the QP cannot be destroyed meanwhile. */

@@ -29,6 +29,17 @@
  *    peer_err, by which an initiator that failed the TPT check moves the
  *    responder QP to error (class C, as rxe's responder does).
  *
+ * One peer: a QP connects to exactly one peer QP, in one peer context.
+ * The owner records in its segment the peer it connected to (conn_*), the
+ * first initiator to connect claims the segment (claim_*), and a connect
+ * finding another QP in either place fails with -EISCONN.  The claim is a
+ * Dekker pair with the owner's record (each writes its word, then reads
+ * the other's), so two racing connects cannot both miss each other.
+ * Every one-sided access also checks conn_* (shm_peer_is_us): a window
+ * serves only the target QP's connected peer, whatever the key.  These
+ * are checks by honest peers: a segment is writable by whoever can open
+ * the owner's fds, which is the same permission as process_vm_writev.
+ *
  * One-sided operations (WRITE, READ, atomics) are executed by the
  * initiator: it checks the target context's TPT, mapped read-only, and
  * copies with plain loads and stores when the target memory comes from
@@ -61,7 +72,7 @@
 #include "soft_int.h"
 
 #define SHM_SEG_MAGIC	 0x5345474d48535446ull /* "FTSHMGES" */
-#define SHM_SEG_VERSION	 1
+#define SHM_SEG_VERSION	 2
 #define SHM_HDR_SIZE	 512u
 #define SHM_REC_ALIGN	 64u
 #define SHM_OP_PAD	 0xffu
@@ -72,6 +83,9 @@
 #define SHM_LIVENESS_NS 5000000ull
 
 enum { SEG_LIVE = 0, SEG_ERR = 1, SEG_DEAD = 2 };
+/* shm_seg.claim_state: free, being written (by the claimer, for three
+ * stores), set. */
+enum { SHM_CLAIM_FREE = 0, SHM_CLAIM_BUSY = 1, SHM_CLAIM_SET = 2 };
 
 #define READ_ONCE SOFT_READ_ONCE
 
@@ -86,6 +100,12 @@ struct shm_seg {
 	int32_t owner_pid;
 	/* Written by the owner. */
 	alignas(64) _Atomic uint32_t state;
+	/* Written by the owner at connect: the one peer QP it connected to
+	 * (conn_set 1 once conn_nonce and conn_qpn are valid).  Initiators
+	 * read it on every one-sided access: only that peer may access. */
+	_Atomic uint32_t conn_set;
+	_Atomic uint32_t conn_qpn;
+	_Atomic uint64_t conn_nonce;
 	/* Written by the owner (receiver side): acknowledgements. */
 	alignas(64) _Atomic uint64_t ack_seq;
 	_Atomic uint64_t nak_seq;
@@ -96,6 +116,12 @@ struct shm_seg {
 	_Atomic int32_t peer_pid;
 	_Atomic uint32_t peer_err; /* responder must go to error */
 	_Atomic uint32_t rnr_go;   /* NAK generation the sender lets retry */
+	/* The initiator QP attached to this segment, claimed by the first to
+	 * connect (SHM_CLAIM_*) and released when it is destroyed: a second
+	 * one is refused. */
+	_Atomic uint32_t claim_state;
+	_Atomic uint32_t claim_qpn;
+	_Atomic uint64_t claim_nonce;
 	/* Written by the peer: ring producer position (bytes). */
 	alignas(64) _Atomic uint64_t tail;
 	/* Written by the owner: ring consumer position (bytes). */
@@ -191,6 +217,25 @@ static inline struct shm_seg *own_seg(struct soft_qp *qp)
 	return qp->shm_seg;
 }
 
+/*
+ * Whether the target QP of @rs has this initiator QP @qp as its one peer
+ * (RC: a responder serves only the requester it is connected to).  A
+ * window is bound to a connected QP, so for one (@window) the target must
+ * have connected, and to us.  A region is usable before the target has
+ * connected (the peer may post as soon as its own connect returns); only
+ * the claimer of the segment (soft_shm_connect) gets that far then.
+ */
+static inline bool shm_peer_is_us(const struct shm_seg *rs,
+				  const struct soft_qp *qp, bool window)
+{
+	if (!atomic_load_explicit(&rs->conn_set, memory_order_acquire))
+		return !window;
+	return atomic_load_explicit(&rs->conn_qpn, memory_order_relaxed) ==
+		       qp->base.qpn &&
+	       atomic_load_explicit(&rs->conn_nonce, memory_order_relaxed) ==
+		       qp->ctx->nonce;
+}
+
 /* ---------------------------------------------------------------- seg.c */
 
 int soft_shm_ctx_init(struct soft_ctx *ctx);
@@ -202,7 +247,8 @@ bool soft_shm_peer_dead(struct shm_peer *p);
 
 /*
  * The address in this process of tf_mem_alloc region @idx of the peer, at
- * generation @gen, mapping it on first use (slow path, under map_lock).
+ * generation @gen, mapping it on first use (the slow path of
+ * shm_map_cached: it takes map_lock).
  * NULL if it cannot be mapped (then process_vm_* is used).  Replaced
  * mappings are kept until the peer is released, because another thread
  * may still be copying through them.

@@ -219,8 +219,11 @@ enum tf_wc_status soft_shm_one_sided(struct soft_qp *qp, struct shm_qp *s,
 		goto out;
 	}
 	soft_tpt_read(&p->tpt->slots[slot], &snap);
+	/* The key, and the target QP's one peer: us (for a window bound to
+	 * that QP, whoever else learned the key and the QP's address). */
 	if (TF__UNLIKELY(!soft_tpt_allows(&snap, wqe->rkey, a->pd_id, a->qpn,
-					  a->access, addr, len, access))) {
+					  a->access, addr, len, access) ||
+			 !shm_peer_is_us(rs, qp, snap.type == SOFT_TPT_MW))) {
 		st = rma_denied(qp, s, wqe);
 		goto out;
 	}

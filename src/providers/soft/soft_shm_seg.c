@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -357,13 +358,7 @@ bool soft_shm_peer_dead(struct shm_peer *p)
 	return atomic_load_explicit(&p->dead, memory_order_relaxed);
 }
 
-/*
- * The address in this process of tf_mem_alloc region @idx of the peer, at
- * generation @gen, mapping it on first use (slow path, under map_lock).
- * NULL if it cannot be mapped (then process_vm_* is used).  Replaced
- * mappings are kept until the peer is released, because another thread
- * may still be copying through them.
- */
+/* Mapping a region on first use: see soft_shm_int.h. */
 uint8_t *soft_shm_peer_map(struct shm_peer *p, int32_t idx, uint32_t gen,
 			   uint64_t *size_p)
 {
@@ -442,6 +437,95 @@ out:
 	return base;
 }
 
+/* ------------------------------------------------------------ one peer */
+
+/* @seg's claim once it is not being written (a claimer is between its
+ * three stores); still SHM_CLAIM_BUSY only if the claimer died there. */
+static uint32_t claim_wait(struct shm_seg *seg)
+{
+	for (uint32_t spins = 0;; spins++) {
+		uint32_t st = atomic_load(&seg->claim_state);
+
+		if (st != SHM_CLAIM_BUSY || spins == (1u << 20))
+			return st;
+		if ((spins & 1023) == 1023)
+			sched_yield();
+		else
+			tf__cpu_relax();
+	}
+}
+
+/* Whether @seg is claimed by QP @qpn of context @nonce (or free, when
+ * @free_ok). */
+static bool claim_is(struct shm_seg *seg, uint64_t nonce, uint32_t qpn,
+		     bool free_ok)
+{
+	uint32_t st = claim_wait(seg);
+
+	if (st == SHM_CLAIM_FREE)
+		return free_ok;
+	return st == SHM_CLAIM_SET &&
+	       atomic_load_explicit(&seg->claim_nonce, memory_order_relaxed) ==
+		       nonce &&
+	       atomic_load_explicit(&seg->claim_qpn, memory_order_relaxed) ==
+		       qpn;
+}
+
+/* Attach @qp to the peer's segment @rs as its one initiator: 0, or
+ * -EISCONN when another QP holds it.  The exchange is a full barrier:
+ * the caller reads the owner's conn_* after it (Dekker). */
+static int claim(struct shm_seg *rs, struct soft_qp *qp)
+{
+	uint32_t st = SHM_CLAIM_FREE;
+
+	if (atomic_compare_exchange_strong(&rs->claim_state, &st,
+					   SHM_CLAIM_BUSY)) {
+		atomic_store_explicit(&rs->claim_nonce, qp->ctx->nonce,
+				      memory_order_relaxed);
+		atomic_store_explicit(&rs->claim_qpn, qp->base.qpn,
+				      memory_order_relaxed);
+		atomic_store_explicit(&rs->claim_state, SHM_CLAIM_SET,
+				      memory_order_release);
+		return 0;
+	}
+	return claim_is(rs, qp->ctx->nonce, qp->base.qpn, false) ? 0 : -EISCONN;
+}
+
+/* Give up @qp's claim of @rs (destroyed, or its connect failed).  Only
+ * the holder changes a set claim, so the check and the store need no
+ * atomic pair. */
+static void unclaim(struct shm_seg *rs, struct soft_qp *qp)
+{
+	if (claim_is(rs, qp->ctx->nonce, qp->base.qpn, false))
+		atomic_store_explicit(&rs->claim_state, SHM_CLAIM_FREE,
+				      memory_order_release);
+}
+
+/* Record in our segment the one peer QP we connect to, then check that
+ * no other QP has attached to us meanwhile: the store is seq_cst and the
+ * claim is read after it (Dekker with claim() of an initiator). */
+static int own_conn_set(struct soft_qp *qp)
+{
+	struct shm_seg *seg = own_seg(qp);
+	const struct soft_peer_addr *a = &qp->peer;
+
+	atomic_store_explicit(&seg->conn_qpn, a->qpn, memory_order_relaxed);
+	atomic_store_explicit(&seg->conn_nonce, a->ctx_nonce,
+			      memory_order_relaxed);
+	atomic_store(&seg->conn_set, 1);
+	if (claim_is(seg, a->ctx_nonce, a->qpn, true))
+		return 0;
+	atomic_store(&seg->conn_set, 0);
+	tf_log_error(SOFT_SUBSYS,
+		     "shm: qp %#x: qp %#x of context %#llx is attached to it "
+		     "as its peer; connecting it to qp %#x (pid %d) is "
+		     "refused",
+		     qp->base.qpn, atomic_load(&seg->claim_qpn),
+		     (unsigned long long)atomic_load(&seg->claim_nonce), a->qpn,
+		     (int)a->pid);
+	return -EISCONN;
+}
+
 /* ------------------------------------------------------------ connect */
 
 int soft_shm_connect(struct soft_qp *qp)
@@ -465,11 +549,14 @@ int soft_shm_connect(struct soft_qp *qp)
 	s = tf__calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	ret = own_conn_set(qp);
+	if (ret)
+		goto err_free;
 	pthread_mutex_lock(&ctx->lock);
 	ret = peer_get(ctx, a, &s->peer);
 	pthread_mutex_unlock(&ctx->lock);
 	if (ret)
-		goto err_free;
+		goto err_conn;
 	fd = open_peer_fd(a->pid, a->qp_fd, &st);
 	if (fd < 0) {
 		ret = -TF_EPEER;
@@ -502,6 +589,20 @@ int soft_shm_connect(struct soft_qp *qp)
 		ret = -TF_EPEER;
 		goto err_unmap;
 	}
+	/* One initiator per QP, and its peer must be us: claim first, then
+	 * read the owner's record (Dekker with own_conn_set of the owner). */
+	ret = claim(rs, qp);
+	if (!ret && !shm_peer_is_us(rs, qp, false)) {
+		unclaim(rs, qp);
+		ret = -EISCONN;
+	}
+	if (ret) {
+		tf_log_error(SOFT_SUBSYS,
+			     "shm: qp %#x: peer qp %#x (pid %d) is connected "
+			     "to another queue pair; a queue pair has one peer",
+			     qp->base.qpn, a->qpn, (int)a->pid);
+		goto err_unmap;
+	}
 	s->rring = (uint8_t *)rs + SHM_HDR_SIZE;
 	s->rring_mask = rs->ring_size - 1;
 	/* We are the only producer of the peer's ring. */
@@ -524,6 +625,8 @@ err_peer:
 	pthread_mutex_lock(&ctx->lock);
 	peer_put(ctx, s->peer);
 	pthread_mutex_unlock(&ctx->lock);
+err_conn:
+	atomic_store(&own_seg(qp)->conn_set, 0);
 err_free:
 	tf__free(s);
 	return ret;
@@ -546,6 +649,9 @@ void soft_shm_qp_fini(struct soft_qp *qp)
 	}
 	if (!s)
 		return;
+	/* The peer QP may take another initiator now (it still refuses
+	 * any but us: its conn_* record stays). */
+	unclaim(s->rseg, qp);
 	munmap(s->rseg, s->rseg_size);
 	pthread_mutex_lock(&ctx->lock);
 	peer_put(ctx, s->peer);
@@ -554,8 +660,6 @@ void soft_shm_qp_fini(struct soft_qp *qp)
 	qp->tp_priv = NULL;
 }
 
-/* The peer sleeps on a CQ fd: write its wake eventfd (opened on first
- * use).  A system call, but only while the peer has armed a CQ. */
 void soft_shm_wake_peer(struct shm_peer *p)
 {
 	int fd = atomic_load_explicit(&p->wake_fd, memory_order_acquire);

@@ -8,8 +8,9 @@
  *    region's translation array.
  *  - Keys are random and distinct; TOLLFREE_SOFT_MAX_MR bounds them
  *    (-ENOSPC).
- *  - The translation-cache model: registration inserts translations and
- *    evicts older ones once TOLLFREE_SOFT_XLATE_ENTRIES are resident.
+ *  - The translation-cache model: off by default (its counters stay 0);
+ *    on, registration inserts translations and evicts older ones once
+ *    TOLLFREE_SOFT_XLATE_ENTRIES are resident.
  *  - When mlock is refused (no CAP_IPC_LOCK, small RLIMIT_MEMLOCK), the
  *    registration fails with -ENOMEM or -EAGAIN and leaks nothing.
  * Each case runs in a child so that it can set its own environment.
@@ -141,6 +142,30 @@ static void case_keys(void)
 	munmap(p, PG);
 }
 
+/* Off unless configured: registration and transfers leave the counters
+ * at 0 (the model costs nothing then). */
+static void case_xlate_off(void)
+{
+	uint8_t *p = map_pages(64);
+	tf_context_stats_t st;
+	tf_mr_t *a;
+
+	unsetenv("TOLLFREE_SOFT_XLATE_ENTRIES");
+	unsetenv("TOLLFREE_SOFT_XLATE_MISS_NS");
+	open_soft();
+	CHECK_OK(tf_mr_reg(pd, p, 64 * PG, TF_ACCESS_LOCAL_WRITE, &a));
+	CHECK_OK(tf_mr_dereg(a));
+	CHECK_OK(tf_context_query_stats(ctx, &st));
+	CHECKF(!st.xlate_hits && !st.xlate_misses && !st.xlate_evictions,
+	       "model off, yet %llu hits, %llu misses, %llu evictions",
+	       (unsigned long long)st.xlate_hits,
+	       (unsigned long long)st.xlate_misses,
+	       (unsigned long long)st.xlate_evictions);
+	CHECK(!((struct soft_ctx *)ctx)->xlate.on);
+	close_soft();
+	munmap(p, 64 * PG);
+}
+
 static void case_xlate(void)
 {
 	uint8_t *p = map_pages(64);
@@ -233,6 +258,7 @@ int main(void)
 		run("mlock_fail", case_mlock_fail);
 	}
 	run("keys", case_keys);
+	run("xlate_off", case_xlate_off);
 	run("xlate", case_xlate);
 	return tf_test_end();
 }

@@ -8,12 +8,14 @@
  *    memory (the initiator's shared mapping) and into malloc memory
  *    (process_vm_*); SENDs below and above TOLLFREE_SOFT_SHM_EAGER (the
  *    receiver pulls those); enough SENDs to wrap the ring many times;
- *    the translation-cache counters move.
+ *    the translation-cache counters move (the model is off by default:
+ *    this test turns it on).
  *  - Two processes: a window is revoked (LOCAL_INV) while the peer keeps
  *    writing through it; once LOCAL_INV completed no write lands any more,
  *    and the writer gets TF_WC_REM_ACCESS_ERR.
  */
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -499,6 +501,9 @@ static void revocation(bool shared)
 int main(void)
 {
 	tf_test_begin("soft_shm_basic");
+	/* The translation-cache model, off by default, so that loopback()
+	 * sees its counters move through the shm paths. */
+	setenv("TOLLFREE_SOFT_XLATE_ENTRIES", "1024", 1);
 	open_ctx();
 	blob_checks();
 	loopback();

@@ -66,12 +66,15 @@
 	XX(soft, SHM_EAGER, soft_shm_eager, SIZE, "16K",                       \
 	   "Soft shm transport: SENDs up to this size are copied through "     \
 	   "the ring, larger ones are pulled by the receiver")                 \
-	XX(soft, XLATE_ENTRIES, soft_xlate_entries, UINT, "1024",              \
+	XX(soft, XLATE_ENTRIES, soft_xlate_entries, UINT, "0",                 \
 	   "Translation-cache model: page translations resident on the "       \
-	   "modelled NIC")                                                     \
+	   "modelled NIC.  The model is on when this or XLATE_MISS_NS is "     \
+	   "nonzero; off, it costs transfers nothing and its xlate_* "         \
+	   "counters stay 0")                                                  \
 	XX(soft, XLATE_MISS_NS, soft_xlate_miss_ns, UINT, "0",                 \
 	   "Translation-cache model: busy-wait added per miss (models a "      \
-	   "hardware NIC fetching a translation)")                             \
+	   "hardware NIC fetching a translation); nonzero turns the model "    \
+	   "on (with XLATE_ENTRIES 0, every page misses)")                     \
 	XX(soft, PROGRESS_THREAD, soft_progress_thread, BOOL, "n",             \
 	   "Soft provider: run a progress thread so that a passive peer "      \
 	   "serves one-sided operations without polling")                      \

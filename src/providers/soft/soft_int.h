@@ -12,7 +12,14 @@
  *   soft_cq.c     completion queues (ring + eventfd)
  *   soft_qp.c     the engine: QP state machine, WR validation, send/recv
  *                 queues, completions, flush, BIND_MW / LOCAL_INV
- *   soft_shm.c    transport "shm" (same host)
+ *   soft_shm*.c   transport "shm" (same host; how it works is described at
+ *                 the top of soft_shm_int.h), one role per file:
+ *     soft_shm.c           ops table, submit, the progress loop
+ *     soft_shm_seg.c       segments: QP segments, peer contexts and their
+ *                          mappings, connect, teardown
+ *     soft_shm_rma.c       one-sided operations: fast path, slow cases
+ *     soft_shm_msg.c       messages: SEND ring, acks and NAKs, receive
+ *     soft_shm_int.h       what these files share
  *   soft_tcp*.c   transport "tcp" (any host; how it works is described at
  *                 the top of soft_tcp_int.h), one role per file:
  *     soft_tcp.c           ops table, context set-up (the listener), QP
@@ -358,13 +365,15 @@ struct soft_qp {
 					   * receive failed its local check */
 	const struct soft_transport_ops *tp; /* chosen at connect */
 	void *tp_priv;			     /* transport state */
-	void *shm_seg;			     /* shm: own segment (soft_shm.c) */
+	void *shm_seg;			     /* shm: own segment (shm_seg) */
 	int shm_seg_fd;
 	size_t shm_seg_size;
 };
 
-/* The translation-cache model (see soft_xlate.c). */
+/* The translation-cache model (see soft_xlate.c).  @on is read by every
+ * transfer, the rest only while the model is on. */
 struct soft_xlate {
+	bool on; /* TOLLFREE_SOFT_XLATE_ENTRIES or _MISS_NS nonzero */
 	pthread_spinlock_t lock;
 	uint32_t capacity;
 	uint32_t miss_ns;
@@ -653,11 +662,20 @@ uint64_t soft_atomic_exec(struct soft_ctx *ctx, uint64_t *addr,
 			  enum tf_wr_opcode op, uint64_t compare_add,
 			  uint64_t swap);
 
-/* Count translations of [addr, addr+len) in the model. */
 /* shm: is there anything for progress to do?  (No locks taken.) */
 bool soft_shm_need_progress(struct soft_ctx *ctx);
 
-void soft_xlate_touch(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
+void soft_xlate_touch_model(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
+
+/* Count translations of [addr, addr+len) in the translation-cache model.
+ * The model is off unless configured (soft_xlate.c): then this is one
+ * predictable branch, no lock and no shared write per transfer. */
+static inline void soft_xlate_touch(struct soft_ctx *ctx, uint64_t addr,
+				    uint64_t len)
+{
+	if (TF__UNLIKELY(ctx->xlate.on))
+		soft_xlate_touch_model(ctx, addr, len);
+}
 
 /* QP by number (NULL if none).  Call with ctx->progress_lock held (as in
  * transport progress) so that the QP cannot be destroyed meanwhile. */

@@ -15,6 +15,13 @@
  *  - registration writes its translations, as a driver's MTT write does,
  *    so registering evicts other entries; deregistration drops them.
  *
+ * The model is off unless TOLLFREE_SOFT_XLATE_ENTRIES or _MISS_NS is
+ * nonzero (both default to 0): a transfer then pays one predictable branch
+ * (soft_xlate_touch in soft_int.h), not a context-wide spinlock and two
+ * counter stores, and the counters stay 0.  On with ENTRIES 0 and MISS_NS
+ * nonzero models a NIC without a cache: every page misses and waits.
+ * tollfree-bench churn sets both.
+ *
  * Counters go to ctx->base.xlate_{hits,misses,evictions}.  Structure: an
  * open-addressing hash (page number -> entry) with backward-shift deletion
  * and an intrusive doubly linked LRU list of entries, both indexed by
@@ -57,9 +64,10 @@ int soft_xlate_init(struct soft_ctx *ctx)
 
 	x->capacity = cap;
 	x->miss_ns = (uint32_t)ctx->base.cfg.soft_xlate_miss_ns;
+	x->on = cap || x->miss_ns;
 	pthread_spin_init(&x->lock, PTHREAD_PROCESS_PRIVATE);
 	if (!cap)
-		return 0; /* model off: every lookup is a miss */
+		return 0; /* no cache: every lookup is a miss (or model off) */
 	while (hsize < 2ull * cap)
 		hsize <<= 1;
 	m = tf__calloc(1, sizeof(*m));
@@ -206,7 +214,8 @@ static void busy_wait_ns(uint64_t ns)
 		tf__cpu_relax();
 }
 
-void soft_xlate_touch(struct soft_ctx *ctx, uint64_t addr, uint64_t len)
+/* The model is on (soft_xlate_touch checked). */
+void soft_xlate_touch_model(struct soft_ctx *ctx, uint64_t addr, uint64_t len)
 {
 	struct soft_xlate *x = &ctx->xlate;
 	struct ximpl *m = x->impl;

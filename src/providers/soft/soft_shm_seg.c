@@ -1,0 +1,694 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * soft_shm_seg.c - transport "shm", segments: the context's transport
+ * state, each QP's segment (created with the QP, published by its
+ * address), the peer contexts a QP connects to (their TPT and the
+ * tf_mem_alloc regions we map), connect and teardown, and waking a peer
+ * asleep on a CQ fd.  See soft_shm_int.h for the layout.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "soft_shm_int.h"
+
+static bool pid_alive(pid_t pid)
+{
+	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
+/* ------------------------------------------------------------ context */
+
+/* ctx->lock held. */
+static int shm_ctx_alloc(struct soft_ctx *ctx)
+{
+	struct shm_ctx *sc;
+
+	if (atomic_load_explicit((void *_Atomic *)&ctx->shm_priv,
+				 memory_order_acquire))
+		return 0;
+	sc = tf__calloc(1, sizeof(*sc));
+	if (!sc)
+		return -ENOMEM;
+	sc->segs = tf__calloc(SOFT_MAX_QP, sizeof(*sc->segs));
+	if (!sc->segs) {
+		tf__free(sc);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&sc->seg_lock, NULL);
+	atomic_store_explicit((void *_Atomic *)&ctx->shm_priv, sc,
+			      memory_order_release);
+	return 0;
+}
+
+int soft_shm_ctx_init(struct soft_ctx *ctx)
+{
+	return shm_ctx_alloc(ctx);
+}
+
+void soft_shm_ctx_fini(struct soft_ctx *ctx)
+{
+	struct shm_ctx *sc = ctx->shm_priv;
+
+	if (!sc)
+		return;
+	/* Peers are released with their last QP; any left here leaked. */
+	pthread_mutex_destroy(&sc->seg_lock);
+	tf__free(sc->segs);
+	tf__free(sc);
+	ctx->shm_priv = NULL;
+}
+
+/* ------------------------------------------------------------ segments */
+
+int soft_shm_qp_init(struct soft_qp *qp)
+{
+	struct soft_ctx *ctx = qp->ctx;
+	uint64_t rs = 4096;
+	struct shm_ctx *sc;
+	struct shm_seg *seg;
+	size_t size;
+	int fd, ret;
+
+	while (rs < ctx->base.cfg.soft_shm_ring_size && rs < (1ull << 30))
+		rs <<= 1;
+	pthread_mutex_lock(&ctx->lock);
+	ret = shm_ctx_alloc(ctx);
+	pthread_mutex_unlock(&ctx->lock);
+	if (ret)
+		return ret;
+	sc = ctx->shm_priv;
+	size = SHM_HDR_SIZE + rs;
+	fd = memfd_create("tollfree-qp", MFD_CLOEXEC);
+	if (fd < 0) {
+		ret = -errno;
+		tf_log_error(SOFT_SUBSYS, "shm: memfd_create(qp): %m");
+		return ret;
+	}
+	if (ftruncate(fd, (off_t)size)) {
+		ret = -errno;
+		tf_log_error(SOFT_SUBSYS, "shm: ftruncate(qp, %zu): %m", size);
+		goto err_close;
+	}
+	seg = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (seg == MAP_FAILED) {
+		ret = -errno;
+		tf_log_error(SOFT_SUBSYS, "shm: mmap(qp, %zu): %m", size);
+		goto err_close;
+	}
+	seg->version = SHM_SEG_VERSION;
+	seg->ctx_nonce = ctx->nonce;
+	seg->ring_size = (uint32_t)rs;
+	seg->hdr_size = SHM_HDR_SIZE;
+	seg->owner_pid = getpid();
+	qp->shm_seg = seg;
+	qp->shm_seg_fd = fd;
+	qp->shm_seg_size = size;
+	/* The QP number is not known yet: soft_shm_qp_addr fills it and
+	 * publishes the magic. */
+	pthread_mutex_lock(&sc->seg_lock);
+	sc->segs[sc->n_segs++] = qp;
+	pthread_mutex_unlock(&sc->seg_lock);
+	return 0;
+
+err_close:
+	close(fd);
+	return ret;
+}
+
+/* Wait until the peer's Dekker word of @seg no longer equals @val (or,
+ * @val 0, until it is 0); a dead peer does not block. */
+static void wait_active(struct shm_seg *seg, uint32_t val)
+{
+	for (uint32_t spins = 0;; spins++) {
+		uint32_t a = atomic_load(&seg->active);
+
+		if (val ? a != val : a == 0)
+			return;
+		if ((spins & 1023) == 1023) {
+			if (!pid_alive(atomic_load(&seg->peer_pid)))
+				return;
+			sched_yield();
+		} else {
+			tf__cpu_relax();
+		}
+	}
+}
+
+void soft_shm_qp_destroy(struct soft_qp *qp)
+{
+	struct shm_ctx *sc = qp->ctx->shm_priv;
+	struct shm_seg *seg = qp->shm_seg;
+
+	if (!seg)
+		return;
+	pthread_mutex_lock(&sc->seg_lock);
+	for (uint32_t i = 0; i < sc->n_segs; i++) {
+		if (sc->segs[i] == qp) {
+			sc->segs[i] = sc->segs[--sc->n_segs];
+			break;
+		}
+	}
+	pthread_mutex_unlock(&sc->seg_lock);
+	/* Accesses through this QP re-check the state after publishing
+	 * their slot: once the word is clear, none can land any more. */
+	atomic_store(&seg->state, SEG_DEAD);
+	atomic_thread_fence(memory_order_seq_cst);
+	wait_active(seg, 0);
+	munmap(seg, qp->shm_seg_size);
+	close(qp->shm_seg_fd);
+	qp->shm_seg = NULL;
+	qp->shm_seg_fd = -1;
+}
+
+void soft_shm_quiesce(struct soft_ctx *ctx, uint32_t slot)
+{
+	struct shm_ctx *sc = atomic_load_explicit(
+		(void *_Atomic *)&ctx->shm_priv, memory_order_acquire);
+
+	if (!sc)
+		return;
+	pthread_mutex_lock(&sc->seg_lock);
+	for (uint32_t i = 0; i < sc->n_segs; i++)
+		wait_active(own_seg(sc->segs[i]), slot + 1);
+	pthread_mutex_unlock(&sc->seg_lock);
+}
+
+int soft_shm_qp_addr(struct soft_qp *qp, struct soft_peer_addr *me)
+{
+	struct shm_seg *seg = own_seg(qp);
+
+	if (!seg)
+		return -EINVAL;
+	if (!seg->magic) {
+		seg->qpn = qp->base.qpn;
+		atomic_thread_fence(memory_order_release);
+		seg->magic = SHM_SEG_MAGIC;
+	}
+	me->pid = getpid();
+	me->tpt_fd = qp->ctx->tpt_fd;
+	me->qp_fd = qp->shm_seg_fd;
+	return 0;
+}
+
+/* ------------------------------------------------------------ peers */
+
+static int open_peer_fd(pid_t pid, int fd, struct stat *st)
+{
+	char path[64];
+	int f;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
+	f = open(path, O_RDWR | O_CLOEXEC);
+	if (f < 0) {
+		int ret = -errno;
+
+		tf_log_error(SOFT_SUBSYS, "shm: open %s: %m", path);
+		return ret;
+	}
+	if (fstat(f, st)) {
+		int ret = -errno;
+
+		close(f);
+		return ret;
+	}
+	return f;
+}
+
+static void peer_free(struct shm_peer *p)
+{
+	for (uint32_t i = 0; i < SOFT_MAX_SHMEM; i++)
+		if (p->map[i].base)
+			munmap(p->map[i].base, p->map[i].size);
+	while (p->old_maps) {
+		struct shm_old_map *o = p->old_maps;
+
+		p->old_maps = o->next;
+		munmap(o->base, o->size);
+		tf__free(o);
+	}
+	if (p->ctl)
+		munmap(p->ctl, SOFT_PAGE_SIZE);
+	if (p->tpt)
+		munmap((void *)p->tpt, p->tpt_size);
+	if (p->pidfd >= 0)
+		close(p->pidfd);
+	if (atomic_load(&p->wake_fd) >= 0)
+		close(atomic_load(&p->wake_fd));
+	pthread_mutex_destroy(&p->map_lock);
+	tf__free(p);
+}
+
+/* Find or map the peer context of @a.  ctx->lock held. */
+static int peer_get(struct soft_ctx *ctx, const struct soft_peer_addr *a,
+		    struct shm_peer **peer_p)
+{
+	struct shm_ctx *sc = ctx->shm_priv;
+	struct shm_peer *p;
+	struct stat st;
+	void *m;
+	int fd, ret;
+
+	for (p = sc->peers; p; p = p->next) {
+		if (p->nonce == a->ctx_nonce && !p->dead) {
+			p->refs++;
+			*peer_p = p;
+			return 0;
+		}
+	}
+	p = tf__calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->pidfd = -1;
+	atomic_init(&p->wake_fd, -1);
+	pthread_mutex_init(&p->map_lock, NULL);
+	p->pid = a->pid;
+	p->nonce = a->ctx_nonce;
+	fd = open_peer_fd(a->pid, a->tpt_fd, &st);
+	if (fd < 0) {
+		ret = -TF_EPEER;
+		goto err_free;
+	}
+	if (st.st_size < (off_t)(2 * SOFT_PAGE_SIZE)) {
+		ret = -TF_EPEER;
+		goto err_close;
+	}
+	p->tpt_size = (size_t)st.st_size - SOFT_PAGE_SIZE;
+	m = mmap(NULL, SOFT_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		 0);
+	if (m == MAP_FAILED) {
+		ret = -errno;
+		goto err_close;
+	}
+	p->ctl = m;
+	m = mmap(NULL, p->tpt_size, PROT_READ, MAP_SHARED, fd, SOFT_PAGE_SIZE);
+	if (m == MAP_FAILED) {
+		ret = -errno;
+		goto err_close;
+	}
+	p->tpt = m;
+	close(fd);
+	fd = -1;
+	if (p->tpt->magic != SOFT_TPT_MAGIC ||
+	    p->tpt->ctx_nonce != a->ctx_nonce || p->tpt->pid != a->pid ||
+	    !p->tpt->nslots || (p->tpt->nslots & (p->tpt->nslots - 1)) ||
+	    sizeof(struct soft_tpt_hdr) +
+			    (size_t)p->tpt->nslots *
+				    sizeof(struct soft_tpt_entry) >
+		    p->tpt_size) {
+		tf_log_error(SOFT_SUBSYS,
+			     "shm: peer %d's TPT does not match its address",
+			     (int)a->pid);
+		ret = -TF_EPEER;
+		goto err_close;
+	}
+	p->mask = p->tpt->nslots - 1;
+	p->pidfd = (int)syscall(SYS_pidfd_open, a->pid, 0);
+	/* Without pidfds (old kernel) liveness falls back to kill(0). */
+	p->refs = 1;
+	p->next = sc->peers;
+	sc->peers = p;
+	*peer_p = p;
+	return 0;
+
+err_close:
+	if (fd >= 0)
+		close(fd);
+err_free:
+	peer_free(p);
+	return ret;
+}
+
+/* ctx->lock held. */
+static void peer_put(struct soft_ctx *ctx, struct shm_peer *p)
+{
+	struct shm_ctx *sc = ctx->shm_priv;
+
+	if (--p->refs)
+		return;
+	for (struct shm_peer **pp = &sc->peers; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	peer_free(p);
+}
+
+bool soft_shm_peer_dead(struct shm_peer *p)
+{
+	if (atomic_load_explicit(&p->dead, memory_order_relaxed))
+		return true;
+	if (p->pidfd >= 0) {
+		struct pollfd pfd = {.fd = p->pidfd, .events = POLLIN};
+
+		if (poll(&pfd, 1, 0) == 1)
+			atomic_store(&p->dead, true);
+	} else if (!pid_alive(p->pid)) {
+		atomic_store(&p->dead, true);
+	}
+	return atomic_load_explicit(&p->dead, memory_order_relaxed);
+}
+
+/* Mapping a region on first use: see soft_shm_int.h. */
+uint8_t *soft_shm_peer_map(struct shm_peer *p, int32_t idx, uint32_t gen,
+			   uint64_t *size_p)
+{
+	typeof(p->tpt->shmem[0]) const *e;
+	uint8_t *base = NULL;
+	uint64_t size;
+	struct stat st;
+	int32_t pfd;
+	void *m;
+	int fd;
+
+	if (idx < 0 || (uint32_t)idx >= SOFT_MAX_SHMEM)
+		return NULL;
+	/* Seqlock read: a replacement first invalidates the slot's gen
+	 * (SHM_MAP_UPDATING), so base and size are a matching pair when gen
+	 * reads the same before and after. */
+	if (atomic_load_explicit(&p->map[idx].gen, memory_order_acquire) ==
+	    gen) {
+		base = p->map[idx].base;
+		size = p->map[idx].size;
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&p->map[idx].gen,
+					 memory_order_relaxed) == gen) {
+			*size_p = size;
+			return base;
+		}
+		base = NULL;
+	}
+	pthread_mutex_lock(&p->map_lock);
+	if (atomic_load(&p->map[idx].gen) == gen) {
+		base = p->map[idx].base;
+		*size_p = p->map[idx].size;
+		goto out;
+	}
+	/* The table lives in the peer's memory and may change under us:
+	 * read each field once and use only the copies. */
+	e = &p->tpt->shmem[idx];
+	pfd = e->fd;
+	size = e->size;
+	if (atomic_load(&e->gen) != gen || pfd < 0 || !size)
+		goto out;
+	fd = open_peer_fd(p->pid, pfd, &st);
+	if (fd < 0)
+		goto out;
+	/* The fd number may have been reused between our reads: the
+	 * generation must not have moved, and the file must be big enough. */
+	if (atomic_load(&e->gen) != gen || (uint64_t)st.st_size < size ||
+	    size > SIZE_MAX) {
+		close(fd);
+		goto out;
+	}
+	m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED)
+		goto out;
+	if (p->map[idx].base) {
+		struct shm_old_map *o = tf__malloc(sizeof(*o));
+
+		if (o) {
+			o->base = p->map[idx].base;
+			o->size = p->map[idx].size;
+			o->next = p->old_maps;
+			p->old_maps = o;
+		}
+	}
+	atomic_store_explicit(&p->map[idx].gen, SHM_MAP_UPDATING,
+			      memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+	p->map[idx].base = m;
+	p->map[idx].size = size;
+	atomic_store_explicit(&p->map[idx].gen, gen, memory_order_release);
+	base = m;
+	*size_p = size;
+out:
+	pthread_mutex_unlock(&p->map_lock);
+	return base;
+}
+
+/* ------------------------------------------------------------ one peer */
+
+/* @seg's claim once it is not being written (a claimer is between its
+ * three stores); still SHM_CLAIM_BUSY only if the claimer died there. */
+static uint32_t claim_wait(struct shm_seg *seg)
+{
+	for (uint32_t spins = 0;; spins++) {
+		uint32_t st = atomic_load(&seg->claim_state);
+
+		if (st != SHM_CLAIM_BUSY || spins == (1u << 20))
+			return st;
+		if ((spins & 1023) == 1023)
+			sched_yield();
+		else
+			tf__cpu_relax();
+	}
+}
+
+/* Whether @seg is claimed by QP @qpn of context @nonce (or free, when
+ * @free_ok). */
+static bool claim_is(struct shm_seg *seg, uint64_t nonce, uint32_t qpn,
+		     bool free_ok)
+{
+	uint32_t st = claim_wait(seg);
+
+	if (st == SHM_CLAIM_FREE)
+		return free_ok;
+	return st == SHM_CLAIM_SET &&
+	       atomic_load_explicit(&seg->claim_nonce, memory_order_relaxed) ==
+		       nonce &&
+	       atomic_load_explicit(&seg->claim_qpn, memory_order_relaxed) ==
+		       qpn;
+}
+
+/* Attach @qp to the peer's segment @rs as its one initiator: 0, or
+ * -EISCONN when another QP holds it.  The exchange is a full barrier:
+ * the caller reads the owner's conn_* after it (Dekker). */
+static int claim(struct shm_seg *rs, struct soft_qp *qp)
+{
+	uint32_t st = SHM_CLAIM_FREE;
+
+	if (atomic_compare_exchange_strong(&rs->claim_state, &st,
+					   SHM_CLAIM_BUSY)) {
+		atomic_store_explicit(&rs->claim_nonce, qp->ctx->nonce,
+				      memory_order_relaxed);
+		atomic_store_explicit(&rs->claim_qpn, qp->base.qpn,
+				      memory_order_relaxed);
+		atomic_store_explicit(&rs->claim_state, SHM_CLAIM_SET,
+				      memory_order_release);
+		return 0;
+	}
+	return claim_is(rs, qp->ctx->nonce, qp->base.qpn, false) ? 0 : -EISCONN;
+}
+
+/* Give up @qp's claim of @rs (destroyed, or its connect failed).  Only
+ * the holder changes a set claim, so the check and the store need no
+ * atomic pair. */
+static void unclaim(struct shm_seg *rs, struct soft_qp *qp)
+{
+	if (claim_is(rs, qp->ctx->nonce, qp->base.qpn, false))
+		atomic_store_explicit(&rs->claim_state, SHM_CLAIM_FREE,
+				      memory_order_release);
+}
+
+/* Record in our segment the one peer QP we connect to, then check that
+ * no other QP has attached to us meanwhile: the store is seq_cst and the
+ * claim is read after it (Dekker with claim() of an initiator). */
+static int own_conn_set(struct soft_qp *qp)
+{
+	struct shm_seg *seg = own_seg(qp);
+	const struct soft_peer_addr *a = &qp->peer;
+
+	atomic_store_explicit(&seg->conn_qpn, a->qpn, memory_order_relaxed);
+	atomic_store_explicit(&seg->conn_nonce, a->ctx_nonce,
+			      memory_order_relaxed);
+	atomic_store(&seg->conn_set, 1);
+	if (claim_is(seg, a->ctx_nonce, a->qpn, true))
+		return 0;
+	atomic_store(&seg->conn_set, 0);
+	tf_log_error(SOFT_SUBSYS,
+		     "shm: qp %#x: qp %#x of context %#llx is attached to it "
+		     "as its peer; connecting it to qp %#x (pid %d) is "
+		     "refused",
+		     qp->base.qpn, atomic_load(&seg->claim_qpn),
+		     (unsigned long long)atomic_load(&seg->claim_nonce), a->qpn,
+		     (int)a->pid);
+	return -EISCONN;
+}
+
+/* ------------------------------------------------------------ connect */
+
+int soft_shm_connect(struct soft_qp *qp)
+{
+	struct soft_ctx *ctx = qp->ctx;
+	const struct soft_peer_addr *a = &qp->peer;
+	struct shm_qp *s;
+	struct shm_seg *rs;
+	struct stat st;
+	int fd, ret;
+
+	if (!own_seg(qp))
+		return -TF_EPEER;
+	/* Make sure our own segment is published (the peer may have got
+	 * our address before; this is idempotent). */
+	{
+		struct soft_peer_addr me;
+
+		soft_shm_qp_addr(qp, &me);
+	}
+	s = tf__calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	ret = own_conn_set(qp);
+	if (ret)
+		goto err_free;
+	pthread_mutex_lock(&ctx->lock);
+	ret = peer_get(ctx, a, &s->peer);
+	pthread_mutex_unlock(&ctx->lock);
+	if (ret)
+		goto err_conn;
+	fd = open_peer_fd(a->pid, a->qp_fd, &st);
+	if (fd < 0) {
+		ret = -TF_EPEER;
+		goto err_peer;
+	}
+	if (st.st_size <= SHM_HDR_SIZE) {
+		close(fd);
+		ret = -TF_EPEER;
+		goto err_peer;
+	}
+	s->rseg_size = (size_t)st.st_size;
+	rs = mmap(NULL, s->rseg_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+		  0);
+	close(fd);
+	if (rs == MAP_FAILED) {
+		ret = -errno;
+		tf_log_error(SOFT_SUBSYS, "shm: mmap peer qp segment: %m");
+		goto err_peer;
+	}
+	s->rseg = rs;
+	if (rs->magic != SHM_SEG_MAGIC || rs->version != SHM_SEG_VERSION ||
+	    rs->qpn != a->qpn || rs->ctx_nonce != a->ctx_nonce ||
+	    rs->hdr_size != SHM_HDR_SIZE || rs->ring_size < 4096 ||
+	    (rs->ring_size & (rs->ring_size - 1)) ||
+	    (size_t)rs->ring_size + SHM_HDR_SIZE != s->rseg_size) {
+		tf_log_error(SOFT_SUBSYS,
+			     "shm: peer qp %#x segment does not match its "
+			     "address",
+			     a->qpn);
+		ret = -TF_EPEER;
+		goto err_unmap;
+	}
+	/* One initiator per QP, and its peer must be us: claim first, then
+	 * read the owner's record (Dekker with own_conn_set of the owner). */
+	ret = claim(rs, qp);
+	if (!ret && !shm_peer_is_us(rs, qp, false)) {
+		unclaim(rs, qp);
+		ret = -EISCONN;
+	}
+	if (ret) {
+		tf_log_error(SOFT_SUBSYS,
+			     "shm: qp %#x: peer qp %#x (pid %d) is connected "
+			     "to another queue pair; a queue pair has one peer",
+			     qp->base.qpn, a->qpn, (int)a->pid);
+		goto err_unmap;
+	}
+	s->rring = (uint8_t *)rs + SHM_HDR_SIZE;
+	s->rring_mask = rs->ring_size - 1;
+	/* We are the only producer of the peer's ring. */
+	s->tx_tail = atomic_load(&rs->tail);
+	s->tx_seq = s->acked = atomic_load(&rs->ack_seq);
+	s->nak_gen_seen = atomic_load(&rs->nak_gen);
+	atomic_store(&rs->peer_pid, (int32_t)getpid());
+	s->rx_head = atomic_load(&own_seg(qp)->head);
+	s->rx_seq = atomic_load(&own_seg(qp)->ack_seq);
+	s->my_nak_gen = atomic_load(&own_seg(qp)->nak_gen);
+	soft_qp_lock(qp);
+	/* Release: the hint reads of progress see an initialized state. */
+	__atomic_store_n(&qp->tp_priv, s, __ATOMIC_RELEASE);
+	soft_qp_unlock(qp);
+	return 0;
+
+err_unmap:
+	munmap(rs, s->rseg_size);
+err_peer:
+	pthread_mutex_lock(&ctx->lock);
+	peer_put(ctx, s->peer);
+	pthread_mutex_unlock(&ctx->lock);
+err_conn:
+	atomic_store(&own_seg(qp)->conn_set, 0);
+err_free:
+	tf__free(s);
+	return ret;
+}
+
+void soft_shm_qp_fini(struct soft_qp *qp)
+{
+	struct shm_qp *s = qp->tp_priv;
+	struct soft_ctx *ctx = qp->ctx;
+
+	if (qp->in_list) {
+		/* Error state: peers' accesses and sends now fail. */
+		if (own_seg(qp))
+			atomic_store(&own_seg(qp)->state, SEG_ERR);
+		if (s) {
+			SOFT_WRITE_ONCE(s->n_inflight, 0);
+			s->rnr_go_pending = 0;
+		}
+		return;
+	}
+	if (!s)
+		return;
+	/* The peer QP may take another initiator now (it still refuses
+	 * any but us: its conn_* record stays). */
+	unclaim(s->rseg, qp);
+	munmap(s->rseg, s->rseg_size);
+	pthread_mutex_lock(&ctx->lock);
+	peer_put(ctx, s->peer);
+	pthread_mutex_unlock(&ctx->lock);
+	tf__free(s);
+	qp->tp_priv = NULL;
+}
+
+void soft_shm_wake_peer(struct shm_peer *p)
+{
+	int fd = atomic_load_explicit(&p->wake_fd, memory_order_acquire);
+	uint64_t one = 1;
+
+	if (fd == -1) {
+		int expect = -1, nfd = -2;
+
+		/* An eventfd cannot be reopened through /proc (it is no
+		 * file); pidfd_getfd duplicates it, with the same permission
+		 * check as process_vm_writev. */
+		if (p->tpt->wake_fd >= 0 && p->pidfd >= 0)
+			nfd = (int)syscall(SYS_pidfd_getfd, p->pidfd,
+					   p->tpt->wake_fd, 0);
+		if (nfd < 0) {
+			tf_log_debug(SOFT_SUBSYS,
+				     "shm: cannot get peer %d's wake fd: %m",
+				     (int)p->pid);
+			nfd = -2;
+		}
+		if (!atomic_compare_exchange_strong(&p->wake_fd, &expect,
+						    nfd)) {
+			if (nfd >= 0)
+				close(nfd);
+			nfd = expect;
+		}
+		fd = nfd;
+	}
+	if (fd >= 0 && write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		tf_log_debug(SOFT_SUBSYS, "shm: waking peer %d: %m",
+			     (int)p->pid);
+}

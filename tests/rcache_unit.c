@@ -10,9 +10,11 @@
  * ends by proving that destroy released every registration.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -422,24 +424,23 @@ static void test_check_mode(void)
 	tf_rcache_t *rc = make(TF_RCACHE_MONITOR_NONE, 1 << 30, 100, true);
 	size_t len = 4 * page;
 	tf_rcache_reg_t *r;
-	char *buf, *q;
+	char *buf, *aside, *q;
 	uint64_t id;
-	int fd;
 
-	/* The old pages live on in a memfd, so the new ones cannot reuse
-	 * their frames. */
-	fd = memfd_create("rcache_unit", MFD_CLOEXEC);
-	CHECK(fd >= 0);
-	CHECK(!ftruncate(fd, (off_t)len));
-	buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	CHECK(buf != MAP_FAILED);
-	memset(buf, 4, len);
+	/* Private anonymous memory (shared memory is never cached).  The old
+	 * pages move aside with mremap and live on, so the new ones cannot
+	 * reuse their frames. */
+	buf = map(len);
+	aside = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(aside != MAP_FAILED);
 	CHECK_OK(tf_rcache_get(rc, buf, len, RW, &r));
 	id = reg_id(r);
 	CHECK_OK(tf_rcache_put(rc, r));
 	CHECK_OK(tf_rcache_get(rc, buf, len, RW, &r));
 	CHECK(reg_id(r) == id);
 	CHECK_OK(tf_rcache_put(rc, r));
+	CHECK(mremap(buf, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, aside) ==
+	      aside);
 	q = mmap(buf, len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
 	CHECK(q == buf);
@@ -451,7 +452,149 @@ static void test_check_mode(void)
 	CHECK_OK(tf_rcache_put(rc, r));
 	finish(rc);
 	munmap(q, len);
+	munmap(aside, len);
+}
+
+/* Whether the kernel has PROCMAP_QUERY (Linux 6.11). */
+static bool have_procmap_query(void)
+{
+	struct {
+		uint64_t size, flags, addr, rest[10];
+	} q = {.size = 104, .addr = (uintptr_t)&q};
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = !ioctl(fd, _IOWR('f', 17, char[104]), &q);
 	close(fd);
+	return ok;
+}
+
+/* Get @buf twice with a put between: whether the second get hit. */
+static bool cached_twice(tf_rcache_t *rc, void *buf, size_t len, unsigned acc)
+{
+	tf_rcache_reg_t *r;
+	uint64_t id;
+	bool hit;
+
+	CHECK_OK(tf_rcache_get(rc, buf, len, acc, &r));
+	id = reg_id(r);
+	CHECK_OK(tf_rcache_put(rc, r));
+	CHECK_OK(tf_rcache_get(rc, buf, len, acc, &r));
+	hit = reg_id(r) == id;
+	CHECK_OK(tf_rcache_put(rc, r));
+	CHECK(tf_rcache_invalidate(rc, buf, len) >= 0);
+	return hit;
+}
+
+/*
+ * Only private anonymous memory is cached: shared and file-backed pages
+ * can be replaced with no event (hole punch, truncation).  @pagemap: tell
+ * them apart by the pagemap, as on kernels without PROCMAP_QUERY; that
+ * cannot see a private file mapping whose pages were all copied on write.
+ */
+static void test_shared_memory(bool pagemap)
+{
+	struct tf__rcache_config cfg = {1 << 30, 100, TF_RCACHE_MONITOR_NONE,
+					false, pagemap};
+	const char *how = pagemap ? "pagemap" : "PROCMAP_QUERY";
+	size_t len = 4 * page;
+	tf_rcache_stats_t s;
+	tf_rcache_t *rc;
+	char *buf;
+	int fd;
+
+	if (!pagemap && !have_procmap_query()) {
+		tf_test_partial_skip_host("PROCMAP_QUERY: Linux before 6.11");
+		return;
+	}
+	CHECK_OK(tf__rcache_create(&fake_ops, NULL, &cfg, &rc));
+
+	buf = map(len);
+	CHECKF(cached_twice(rc, buf, len, RW),
+	       "%s: private anonymous "
+	       "memory is not cached",
+	       how);
+	munmap(buf, len);
+
+	buf = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	CHECK(buf != MAP_FAILED);
+	memset(buf, 1, len);
+	CHECKF(!cached_twice(rc, buf, len, RW),
+	       "%s: MAP_SHARED anonymous "
+	       "memory is cached",
+	       how);
+	munmap(buf, len);
+
+	fd = memfd_create("rcache_unit", MFD_CLOEXEC);
+	CHECK(fd >= 0);
+	CHECK(!ftruncate(fd, (off_t)len));
+	buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	CHECK(buf != MAP_FAILED);
+	memset(buf, 1, len);
+	CHECKF(!cached_twice(rc, buf, len, RW),
+	       "%s: a MAP_SHARED memfd is "
+	       "cached",
+	       how);
+	/* Part private anonymous, part shared: not cached. */
+	{
+		char *two = mmap(NULL, 2 * len, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		CHECK(two != MAP_FAILED);
+		CHECK(mmap(two + len, len, PROT_READ | PROT_WRITE,
+			   MAP_SHARED | MAP_FIXED, fd, 0) == two + len);
+		memset(two, 1, 2 * len);
+		CHECKF(!cached_twice(rc, two + len - 64, 128, RW),
+		       "%s: a range ending in a shared mapping is cached", how);
+		munmap(two, 2 * len);
+	}
+	munmap(buf, len);
+
+	/* Private file mapping, pages only read: file pages, not cached. */
+	buf = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	CHECK(buf != MAP_FAILED);
+	for (size_t i = 0; i < len; i += (size_t)page)
+		CHECK(((volatile char *)buf)[i] == 1);
+	CHECKF(!cached_twice(rc, buf, len, TF_ACCESS_LOCAL_WRITE),
+	       "%s: a private file mapping is cached", how);
+	munmap(buf, len);
+
+	/* Private file mapping, every page copied on write: anonymous pages,
+	 * but a truncation of the file would drop them. */
+	buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+	CHECK(buf != MAP_FAILED);
+	memset(buf, 2, len);
+	if (pagemap)
+		CHECKF(cached_twice(rc, buf, len, RW),
+		       "pagemap: a copied private file mapping is not cached "
+		       "(the documented limit changed: update tollfree(7))");
+	else
+		CHECKF(!cached_twice(rc, buf, len, RW),
+		       "PROCMAP_QUERY: a copied private file mapping is "
+		       "cached");
+	munmap(buf, len);
+	close(fd);
+
+	/* Private anonymous hugetlb: no one else can reach its file. */
+	buf = mmap(NULL, 2u << 20, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+	if (buf == MAP_FAILED) {
+		tf_test_info("%s: MAP_HUGETLB: %m (no huge pages reserved); "
+			     "not tried",
+			     how);
+	} else {
+		memset(buf, 1, 2u << 20);
+		CHECKF(cached_twice(rc, buf, 2u << 20, RW),
+		       "%s: private anonymous hugetlb memory is not cached",
+		       how);
+		munmap(buf, 2u << 20);
+	}
+	s = stats(rc);
+	CHECK(s.regions == 0 && s.uncached >= 8);
+	finish(rc);
 }
 
 static void test_reg_failure(void)
@@ -758,6 +901,8 @@ int main(void)
 		test_monitor_op((enum op)op);
 	test_monitor_held();
 	test_check_mode();
+	test_shared_memory(false);
+	test_shared_memory(true);
 	test_reg_failure();
 	test_fork();
 	test_random_bounds();

@@ -20,6 +20,13 @@
  * old registration; call tf_rcache_invalidate() first where memory moves
  * between threads like that.  See tollfree(7), "REGISTRATION CACHE".
  *
+ * Only private anonymous memory is cached: the pages of shared and
+ * file-backed mappings (memfd, tmpfs, files, MAP_SHARED) can be replaced by
+ * a hole punch or a truncation that no monitor sees, so such a range is
+ * registered uncached and deregistered by its put.  On the soft provider,
+ * idle cached pages stay locked: madvise(MADV_DONTNEED) on them fails with
+ * EINVAL until tf_rcache_invalidate() has dropped them.
+ *
  * A cached region is registered with the access the caller asked for; a
  * hit needs the same remote access bits (so a peer never gets more rights
  * than asked for) and at least the local bits asked for.

@@ -26,11 +26,15 @@
  * Eviction is CLOCK (second chance), an approximation of LRU: gets set a
  * referenced bit with a relaxed store, eviction clears it once and takes
  * the next idle unreferenced region.
+ *
+ * Only private anonymous memory is cached (see range_private()): the
+ * pages of shared and file-backed mappings can change without an event.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "rcache_int.h"
@@ -83,6 +87,8 @@ struct tf_rcache {
 	pid_t pid; /* slow paths also compare the pid: a child made without
 		    * fork() (clone, vfork) skips the atfork handlers */
 	int pagemap_fd;
+	int maps_fd;	    /* /proc/self/maps, for PROCMAP_QUERY */
+	unsigned vma_probe; /* enum vma_probe */
 	long page_size;
 	pthread_mutex_t all_lock;
 	struct tf_rcache_reg *all;
@@ -396,6 +402,177 @@ static uint64_t frames_hash(struct tf_rcache *rc, uint64_t a, uint64_t b)
 	return h;
 }
 
+/* ------------------------------------------------ private memory only */
+
+/*
+ * Which memory may be cached.  The pages of a shared or file-backed
+ * mapping can be replaced with no event the monitor sees: fallocate(
+ * FALLOC_FL_PUNCH_HOLE) or ftruncate of the file (a memfd, a tmpfs or
+ * hugetlbfs file), madvise(MADV_REMOVE) by another process that maps a
+ * shared anonymous region, and a truncation even drops the copied-on-write
+ * pages of a private file mapping.  A hit would then give the NIC the old
+ * pages.  So only private anonymous memory is cached; other memory is
+ * registered uncached, valid for as long as its holder keeps it.
+ *
+ * How it is told apart: PROCMAP_QUERY (Linux 6.11), an ioctl on
+ * /proc/self/maps that returns the VMA covering an address with its flags
+ * and its file (about 0.5 us): every VMA across the range must be private
+ * and have no file, except anonymous hugetlb memory (MAP_PRIVATE |
+ * MAP_ANONYMOUS | MAP_HUGETLB), whose internal file nobody else can open.
+ * A miss asks twice: before it makes room, so that memory that will not be
+ * cached evicts nothing, and again once the pages are registered and the
+ * monitor watches them, so that a mapping replaced in between is seen.
+ * Older kernels: bit 61 of the pagemap ("file page or shared anonymous"),
+ * read once the pages are registered, so present.  It sees every shared
+ * mapping and the pages of a private file mapping not yet copied on
+ * write, but not a private file mapping copied in full and then truncated
+ * (tollfree(7) says so).  Without /proc nothing can be told apart and
+ * nothing is cached.
+ */
+enum vma_probe {
+	PROBE_NONE = 0,
+	PROBE_MAPS = 1,	   /* PROCMAP_QUERY */
+	PROBE_PAGEMAP = 2, /* pagemap bit 61 */
+};
+
+/* <linux/fs.h> of Linux 6.11, spelled out for older headers. */
+struct rc_procmap_query {
+	uint64_t size;
+	uint64_t query_flags;
+	uint64_t query_addr;
+	uint64_t vma_start;
+	uint64_t vma_end;
+	uint64_t vma_flags;
+	uint64_t vma_page_size;
+	uint64_t vma_offset;
+	uint64_t inode;
+	uint32_t dev_major;
+	uint32_t dev_minor;
+	uint32_t vma_name_size;
+	uint32_t build_id_size;
+	uint64_t vma_name_addr;
+	uint64_t build_id_addr;
+};
+
+#define RC_PROCMAP_QUERY _IOWR('f', 17, struct rc_procmap_query)
+#define RC_VMA_SHARED	 0x08ull /* PROCMAP_QUERY_VMA_SHARED */
+#define PM_FILE		 (1ull << 61)
+#define PM_PRESENT	 (1ull << 63)
+
+/* Whether the file-backed VMA @q at @addr is anonymous hugetlb memory: its
+ * page size is huge and the kernel names it so. */
+static bool anon_hugetlb(const struct tf_rcache *rc, uint64_t addr,
+			 const struct rc_procmap_query *q)
+{
+	static const char anon[] = "/anon_hugepage (deleted)";
+	char name[sizeof(anon)];
+	struct rc_procmap_query n = {
+		.size = sizeof(n),
+		.query_addr = addr,
+		.vma_name_size = sizeof(name),
+		.vma_name_addr = (uintptr_t)name,
+	};
+
+	if (q->vma_page_size <= (uint64_t)rc->page_size)
+		return false;
+	/* A longer name fails with ENAMETOOLONG: not this one. */
+	if (ioctl(rc->maps_fd, RC_PROCMAP_QUERY, &n) < 0 ||
+	    n.vma_start != q->vma_start || n.vma_name_size != sizeof(anon))
+		return false;
+	return !memcmp(name, anon, sizeof(anon));
+}
+
+static bool maps_private(const struct tf_rcache *rc, uint64_t a, uint64_t b)
+{
+	for (uint64_t addr = a; addr < b;) {
+		struct rc_procmap_query q = {.size = sizeof(q),
+					     .query_addr = addr};
+
+		/* ENOENT: a hole, where registration fails anyway. */
+		if (ioctl(rc->maps_fd, RC_PROCMAP_QUERY, &q) < 0 ||
+		    q.vma_end <= addr || (q.vma_flags & RC_VMA_SHARED))
+			return false;
+		if ((q.inode || q.dev_major || q.dev_minor) &&
+		    !anon_hugetlb(rc, addr, &q))
+			return false;
+		addr = q.vma_end;
+	}
+	return true;
+}
+
+/* No present page of [a, b) is a file page or shared anonymous memory. */
+static bool pagemap_private(const struct tf_rcache *rc, uint64_t a, uint64_t b)
+{
+	uint64_t ps = (uint64_t)rc->page_size;
+	uint64_t first = a / ps, last = (b - 1) / ps, buf[256];
+
+	for (uint64_t p = first; p <= last;) {
+		uint64_t n = last - p + 1;
+		ssize_t got;
+
+		if (n > 256)
+			n = 256;
+		got = pread(rc->pagemap_fd, buf, n * 8, (off_t)(p * 8));
+		if (got < 8)
+			return false;
+		for (ssize_t i = 0; i < got / 8; i++)
+			if ((buf[i] & (PM_FILE | PM_PRESENT)) ==
+			    (PM_FILE | PM_PRESENT))
+				return false;
+		p += (uint64_t)got / 8;
+	}
+	return true;
+}
+
+/* Whether [a, b) may be cached: private anonymous memory only.
+ * @registered: the pages are registered (so present for the pagemap). */
+static bool range_private(const struct tf_rcache *rc, uint64_t a, uint64_t b,
+			  bool registered)
+{
+	switch (rc->vma_probe) {
+	case PROBE_MAPS:
+		return maps_private(rc, a, b);
+	case PROBE_PAGEMAP:
+		return !registered || pagemap_private(rc, a, b);
+	default:
+		return false;
+	}
+}
+
+/* Choose how range_private() works here; the pagemap may already be open
+ * (check mode). */
+static void probe_open(struct tf_rcache *rc)
+{
+	rc->maps_fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	if (rc->maps_fd >= 0 && !rc->cfg.no_vma_query) {
+		struct rc_procmap_query q = {.size = sizeof(q),
+					     .query_addr = (uintptr_t)&q};
+
+		if (!ioctl(rc->maps_fd, RC_PROCMAP_QUERY, &q)) {
+			rc->vma_probe = PROBE_MAPS;
+			return;
+		}
+		tf_log_debug("rcache", "PROCMAP_QUERY: %m (Linux before "
+				       "6.11): the pagemap tells shared "
+				       "memory");
+	}
+	if (rc->maps_fd >= 0)
+		close(rc->maps_fd);
+	rc->maps_fd = -1;
+	if (rc->pagemap_fd < 0)
+		rc->pagemap_fd =
+			open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (rc->pagemap_fd >= 0) {
+		rc->vma_probe = PROBE_PAGEMAP;
+		return;
+	}
+	rc->vma_probe = PROBE_NONE;
+	tf_log_warn("rcache", "cannot read /proc/self/maps or "
+			      "/proc/self/pagemap (%m): shared memory cannot "
+			      "be told from private memory, so nothing is "
+			      "cached");
+}
+
 static int do_reg(struct tf_rcache *rc, struct tf_rcache_reg *r)
 {
 	uint64_t t0 = tf__now_ns();
@@ -414,11 +591,13 @@ static int rcache_miss(struct tf_rcache *rc, uint64_t a, uint64_t b,
 		       unsigned access, tf_rcache_reg_t **reg_p)
 {
 	struct tf_rcache_reg *r, *hit, *free_list = NULL;
-	bool cached = false;
+	bool cached = false, private;
 	int ret;
 
 	if (TF__UNLIKELY(getpid() != rc->pid))
 		return -TF_EFORK;
+	/* Before the lock: memory that will not be cached makes no room. */
+	private = range_private(rc, a, b, false);
 	r = tf__calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
@@ -441,7 +620,7 @@ static int rcache_miss(struct tf_rcache *rc, uint64_t a, uint64_t b,
 		*reg_p = hit;
 		return 0;
 	}
-	if (r->pinned <= rc->cfg.max_bytes && rc->cfg.max_regions &&
+	if (private && r->pinned <= rc->cfg.max_bytes && rc->cfg.max_regions &&
 	    make_room(rc, r->pinned, &free_list)) {
 		cached = true;
 		r->state = REG_PENDING;
@@ -480,6 +659,12 @@ static int rcache_miss(struct tf_rcache *rc, uint64_t a, uint64_t b,
 			ret = do_reg(rc, r);
 	}
 
+	/* Again now that the monitor watches the range: a mapping replaced
+	 * since the first look is seen here, one replaced later by its
+	 * unmap event. */
+	if (!ret && cached)
+	private = range_private(rc, a, b, true);
+
 	tf__brlock_wrlock(&rc->lock);
 	if (ret) {
 		if (r->state == REG_PENDING)
@@ -500,8 +685,10 @@ static int rcache_miss(struct tf_rcache *rc, uint64_t a, uint64_t b,
 				: "");
 		return ret;
 	}
-	if (r->state == REG_PENDING && rc->have_monitor && !r->subscribed) {
-		/* Unwatched memory could go stale: hand it out uncached. */
+	if (r->state == REG_PENDING &&
+	    (!private || (rc->have_monitor && !r->subscribed))) {
+		/* Shared or unwatched memory could go stale: hand it out
+		 * uncached. */
 		remove_locked(rc, r, false, &free_list);
 		STAT_INC(rc, uncached);
 	} else if (r->state == REG_PENDING) {
@@ -672,6 +859,7 @@ int tf__rcache_create(const struct tf__rcache_ops *ops, void *arg,
 	rc->pid = getpid();
 	rc->page_size = sysconf(_SC_PAGESIZE);
 	rc->pagemap_fd = -1;
+	rc->maps_fd = -1;
 	ret = tf__brlock_init(&rc->lock);
 	if (ret)
 		goto err_free;
@@ -688,6 +876,7 @@ int tf__rcache_create(const struct tf__rcache_ops *ops, void *arg,
 			goto err_mutex;
 		}
 	}
+	probe_open(rc);
 	if (cfg->monitor != TF_RCACHE_MONITOR_NONE) {
 		ret = tf__memmon_open();
 		if (ret && cfg->monitor == TF_RCACHE_MONITOR_UFFD) {
@@ -714,6 +903,8 @@ int tf__rcache_create(const struct tf__rcache_ops *ops, void *arg,
 	return 0;
 
 err_pagemap:
+	if (rc->maps_fd >= 0)
+		close(rc->maps_fd);
 	if (rc->pagemap_fd >= 0)
 		close(rc->pagemap_fd);
 err_mutex:
@@ -736,6 +927,8 @@ void tf_rcache_destroy(tf_rcache_t *rc)
 	if (rc->fork_gen != tf__fork_gen() || getpid() != rc->pid) {
 		/* In a forked child the registrations are the parent's:
 		 * forget them, free only what this process owns. */
+		if (rc->maps_fd >= 0)
+			close(rc->maps_fd);
 		if (rc->pagemap_fd >= 0)
 			close(rc->pagemap_fd);
 		tf__free(rc);
@@ -762,6 +955,8 @@ void tf_rcache_destroy(tf_rcache_t *rc)
 			    held);
 	if (rc->have_monitor)
 		tf__memmon_close();
+	if (rc->maps_fd >= 0)
+		close(rc->maps_fd);
 	if (rc->pagemap_fd >= 0)
 		close(rc->pagemap_fd);
 	pthread_mutex_destroy(&rc->all_lock);
@@ -816,7 +1011,7 @@ int tf_rcache_create(tf_pd_t *pd, const tf_rcache_params_t *params,
 		     tf_rcache_t **rc_p)
 {
 	const struct tf_config *c;
-	struct tf__rcache_config cfg;
+	struct tf__rcache_config cfg = {0};
 	uint64_t mask;
 
 	if (!pd || !rc_p)

@@ -69,6 +69,9 @@ struct tf__rcache_config {
 	uint64_t max_regions;
 	int monitor; /* enum tf_rcache_monitor */
 	bool check;
+	/* Tests: tell private from shared memory by the pagemap, as on
+	 * kernels without PROCMAP_QUERY. */
+	bool no_vma_query;
 };
 
 int tf__rcache_create(const struct tf__rcache_ops *ops, void *arg,

@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -116,6 +117,7 @@ static int soft_context_open(const struct tf_config *cfg,
 	ctx->pagemap_fd = -1;
 	ctx->wake_efd = -1;
 	ctx->ev_epfd = -1;
+	ctx->waker_efd = -1;
 	if (!strcmp(cfg->soft_transport, "auto")) {
 		ctx->want_shm = true;
 		ctx->want_tcp = true;
@@ -156,8 +158,9 @@ static int soft_context_open(const struct tf_config *cfg,
 	if (ret)
 		goto err_tpt;
 	ctx->wake_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	ctx->waker_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	ctx->ev_epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (ctx->wake_efd < 0 || ctx->ev_epfd < 0) {
+	if (ctx->wake_efd < 0 || ctx->waker_efd < 0 || ctx->ev_epfd < 0) {
 		ret = -errno;
 		tf_log_error(SOFT_SUBSYS, "eventfd/epoll_create1: %m");
 		goto err_wake;
@@ -166,6 +169,8 @@ static int soft_context_open(const struct tf_config *cfg,
 		struct epoll_event ev = {.events = EPOLLIN};
 
 		if (epoll_ctl(ctx->ev_epfd, EPOLL_CTL_ADD, ctx->wake_efd,
+			      &ev) ||
+		    epoll_ctl(ctx->ev_epfd, EPOLL_CTL_ADD, ctx->waker_efd,
 			      &ev)) {
 			ret = -errno;
 			tf_log_error(SOFT_SUBSYS, "epoll_ctl(wake): %m");
@@ -190,6 +195,8 @@ static int soft_context_open(const struct tf_config *cfg,
 err_wake:
 	if (ctx->ev_epfd >= 0)
 		close(ctx->ev_epfd);
+	if (ctx->waker_efd >= 0)
+		close(ctx->waker_efd);
 	if (ctx->wake_efd >= 0)
 		close(ctx->wake_efd);
 	soft_xlate_fini(ctx);
@@ -207,6 +214,8 @@ err_free:
 	return ret;
 }
 
+static void waker_stop(struct soft_ctx *ctx);
+
 static void soft_context_close(struct tf_context *base)
 {
 	struct soft_ctx *ctx = soft_ctx_of(base);
@@ -215,12 +224,14 @@ static void soft_context_close(struct tf_context *base)
 		atomic_store(&ctx->progress_stop, true);
 		pthread_join(ctx->progress_thread, NULL);
 	}
+	waker_stop(ctx);
 	if (ctx->tcp_up)
 		soft_tcp_transport.ctx_fini(ctx);
 	/* QP creation may have set up shm state before any address. */
 	if (ctx->shm_up || ctx->shm_priv)
 		soft_shm_transport.ctx_fini(ctx);
 	close(ctx->ev_epfd);
+	close(ctx->waker_efd);
 	close(ctx->wake_efd);
 	soft_xlate_fini(ctx);
 	soft_tpt_fini(ctx);
@@ -262,9 +273,9 @@ static int tp_up(struct soft_ctx *ctx, const struct soft_transport_ops *tp)
 
 _Thread_local bool soft_in_progress;
 
-int soft_progress(struct tf_context *base)
+/* @woken: the wait set fired, so the sockets are worth a look. */
+static int progress_ctx(struct soft_ctx *ctx, bool woken)
 {
-	struct soft_ctx *ctx = soft_ctx_of(base);
 	int n = 0;
 
 	uint32_t tick = atomic_load_explicit(&ctx->tick, memory_order_relaxed);
@@ -276,7 +287,8 @@ int soft_progress(struct tf_context *base)
 	/* tcp progress polls sockets (a system call): only while some QP
 	 * uses tcp, and now and then for connections still lingering. */
 	tcp = ctx->tcp_up &&
-	      (atomic_load_explicit(&ctx->n_tcp_qps, memory_order_relaxed) ||
+	      (woken ||
+	       atomic_load_explicit(&ctx->n_tcp_qps, memory_order_relaxed) ||
 	       !(tick & 63));
 	eng = atomic_load_explicit(&ctx->n_kick, memory_order_relaxed);
 	if (!shm && !tcp && !eng)
@@ -296,6 +308,151 @@ int soft_progress(struct tf_context *base)
 	n += soft_engine_progress(ctx);
 	pthread_mutex_unlock(&ctx->progress_lock);
 	return n;
+}
+
+int soft_progress(struct tf_context *base)
+{
+	return progress_ctx(soft_ctx_of(base), false);
+}
+
+/* ------------------------------------------------------------- waker */
+
+/*
+ * The waker makes tf_cq_fd work for an application that sleeps on it and
+ * calls nothing: while some CQ of the context is armed, it sleeps in
+ * epoll_wait on the context's one wait set (ev_epfd: the eventfd that
+ * shm peers write after ringing the doorbell, the tcp transport's
+ * sockets) and makes progress when it fires.  A completion that lands in
+ * an armed CQ then writes that CQ's eventfd (soft_cq_push), which is what
+ * tf_cq_fd returns.
+ *
+ * Why a thread: before it, each CQ's fd was an epoll set nesting the
+ * context's set, so that any remote event woke the sleeper, who then
+ * polled.  Every such nesting is a wakeup path the kernel counts for each
+ * source below it, and it refuses more than 500 paths at depth 2 and 100
+ * at depth 3 (tcp sockets sit one level deeper): tf_cq_create failed with
+ * EINVAL after about 250 QPs over shm and 50 over tcp per context.  A CQ
+ * is now one eventfd and nothing nests, so the QP limit is max_qp
+ * (SOFT_MAX_QP) and the descriptor limit.
+ *
+ * While no CQ is armed the waker parks on waker_efd alone: the wait set is
+ * level-triggered, and a socket with unread data would otherwise keep it
+ * busy while the application polls.  It starts at the first arm (contexts
+ * that never wait on a CQ fd have none) and stops at close.  It takes only
+ * what a progress call takes (progress_lock with trylock).
+ */
+static void *waker_main(void *arg)
+{
+	struct soft_ctx *ctx = arg;
+	long backoff_ns = 0;
+	uint64_t v;
+
+	while (!atomic_load(&ctx->waker_stop)) {
+		struct epoll_event ev[8];
+		int done = 0;
+
+		if (!atomic_load(&ctx->n_armed)) {
+			struct pollfd pfd = {.fd = ctx->waker_efd,
+					     .events = POLLIN};
+
+			/* Announce the park, then look again: an arm either
+			 * sees the flag (and writes waker_efd) or is seen
+			 * here (both sequentially consistent). */
+			atomic_store(&ctx->waker_parked, true);
+			if (!atomic_load(&ctx->n_armed) &&
+			    !atomic_load(&ctx->waker_stop))
+				(void)poll(&pfd, 1, -1);
+			atomic_store(&ctx->waker_parked, false);
+			(void)!read(ctx->waker_efd, &v, sizeof(v));
+			continue;
+		}
+		if (epoll_wait(ctx->ev_epfd, ev, 8, -1) < 0 && errno != EINTR) {
+			/* Cannot happen with a valid set; do not spin. */
+			tf_log_error(SOFT_SUBSYS, "waker: epoll_wait: %m");
+			backoff_ns = 1000000;
+		}
+		/* Consumed before progress: a doorbell rung after the
+		 * progress below writes it again and wakes us again. */
+		(void)!read(ctx->wake_efd, &v, sizeof(v));
+		(void)!read(ctx->waker_efd, &v, sizeof(v));
+		for (int i = 0; i < 64; i++) {
+			int k = progress_ctx(ctx, true);
+
+			if (k <= 0)
+				break;
+			done += k;
+		}
+		if (done) {
+			backoff_ns = 0;
+			continue;
+		}
+		/* Fired, nothing to do: another thread is making that
+		 * progress, or a socket stays writable.  Let it, briefly. */
+		backoff_ns = backoff_ns ? backoff_ns * 2 : 1000;
+		if (backoff_ns > 100000)
+			backoff_ns = 100000;
+		{
+			struct timespec ts = {0, backoff_ns};
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	return NULL;
+}
+
+int soft_waker_armed(struct soft_ctx *ctx, bool first)
+{
+	uint64_t one = 1;
+	int ret = 0;
+
+	if (TF__UNLIKELY(!atomic_load_explicit(&ctx->waker_running,
+					       memory_order_acquire))) {
+		sigset_t all, old;
+
+		pthread_mutex_lock(&ctx->lock);
+		if (!atomic_load(&ctx->waker_running)) {
+			/* The thread must never run a user's signal
+			 * handler. */
+			sigfillset(&all);
+			pthread_sigmask(SIG_SETMASK, &all, &old);
+			ret = -pthread_create(&ctx->waker, NULL, waker_main,
+					      ctx);
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+			if (ret)
+				tf_log_error(SOFT_SUBSYS,
+					     "cannot start the CQ fd waker: "
+					     "%s",
+					     strerror(-ret));
+			else
+				ctx->waker_pid = getpid();
+			atomic_store_explicit(&ctx->waker_running, !ret,
+					      memory_order_release);
+		}
+		pthread_mutex_unlock(&ctx->lock);
+		if (ret)
+			return ret;
+	}
+	/* Only the first arm can find the waker parked (it parks only
+	 * while nothing is armed). */
+	if (first && atomic_load(&ctx->waker_parked) &&
+	    write(ctx->waker_efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		tf_log_warn(SOFT_SUBSYS, "waker eventfd write: %m");
+	return 0;
+}
+
+/* Before the transports go: the waker makes progress. */
+static void waker_stop(struct soft_ctx *ctx)
+{
+	uint64_t one = 1;
+
+	/* A forked child has the flag but not the thread. */
+	if (!ctx->waker_running || ctx->waker_pid != getpid())
+		return;
+	atomic_store(&ctx->waker_stop, true);
+	if (write(ctx->waker_efd, &one, sizeof(one)) < 0)
+		tf_log_warn(SOFT_SUBSYS, "waker eventfd write: %m");
+	pthread_join(ctx->waker, NULL);
+	ctx->waker_running = false;
 }
 
 static int soft_query_caps(struct tf_context *base, tf_caps_t *caps)

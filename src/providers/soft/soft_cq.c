@@ -2,13 +2,18 @@
 /*
  * soft_cq.c - completion queues of the soft provider: a ring of struct
  * tf_wc filled by the engine (from any thread: the posting thread for
- * operations that complete at post time, a poller or the progress thread
- * for the rest) and an eventfd for blocking waits.
+ * operations that complete at post time, a poller, the progress thread or
+ * the waker for the rest) and an eventfd for blocking waits.
+ *
+ * tf_cq_fd is that eventfd, written by the producer of the first
+ * completion after an arm.  Completions that remote events produce while
+ * the application sleeps come from the waker (soft.c), which watches the
+ * context's one wait set while any CQ is armed.  A CQ therefore costs one
+ * file descriptor and no epoll nesting, however many there are.
  */
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -16,11 +21,10 @@
 
 int soft_cq_create(struct tf_context *base, uint32_t depth, struct tf_cq **cq_p)
 {
-	struct soft_ctx *ctx = soft_ctx_of(base);
-	struct epoll_event ev = {.events = EPOLLIN};
 	struct soft_cq *cq;
 	int ret;
 
+	(void)base; /* the context's wait set is the waker's, not ours */
 	cq = tf__calloc(1, sizeof(*cq));
 	if (!cq)
 		return -ENOMEM;
@@ -36,25 +40,11 @@ int soft_cq_create(struct tf_context *base, uint32_t depth, struct tf_cq **cq_p)
 		tf_log_error(SOFT_SUBSYS, "cq: eventfd: %m");
 		goto err_ring;
 	}
-	/* The fd users wait on: this CQ's own events, and the context's
-	 * (a peer's wake-up, a transport's sockets), which mean "call
-	 * tf_cq_poll, a completion may result". */
-	cq->epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (cq->epfd < 0 || epoll_ctl(cq->epfd, EPOLL_CTL_ADD, cq->efd, &ev) ||
-	    epoll_ctl(cq->epfd, EPOLL_CTL_ADD, ctx->ev_epfd, &ev)) {
-		ret = -errno;
-		tf_log_error(SOFT_SUBSYS, "cq: epoll: %m");
-		goto err_efd;
-	}
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 	cq->base.depth = depth;
 	*cq_p = &cq->base;
 	return 0;
 
-err_efd:
-	if (cq->epfd >= 0)
-		close(cq->epfd);
-	close(cq->efd);
 err_ring:
 	tf__free(cq->ring);
 err_free:
@@ -79,7 +69,6 @@ int soft_cq_destroy(struct tf_cq *base)
 
 	if (atomic_exchange(&cq->armed, false))
 		disarm_ctx(soft_ctx_of(base->ctx));
-	close(cq->epfd);
 	close(cq->efd);
 	pthread_spin_destroy(&cq->lock);
 	tf__free(cq->ring);
@@ -170,28 +159,33 @@ int soft_cq_poll(struct tf_cq *base, int n, struct tf_wc *wc)
 
 int soft_cq_fd(struct tf_cq *base)
 {
-	return ((struct soft_cq *)base)->epfd;
+	return ((struct soft_cq *)base)->efd;
 }
 
 int soft_cq_arm(struct tf_cq *base)
 {
 	struct soft_cq *cq = (struct soft_cq *)base;
-	uint64_t v;
-
 	struct soft_ctx *ctx = soft_ctx_of(base->ctx);
+	bool first;
+	uint64_t v;
+	int ret;
 
-	/* Consume events already delivered (ours and the context's wake-up),
-	 * then arm.  The caller polls once more after this, which closes
-	 * the window in which a peer saw no armed flag. */
-	if ((read(cq->efd, &v, sizeof(v)) < 0 && errno != EAGAIN) ||
-	    (read(ctx->wake_efd, &v, sizeof(v)) < 0 && errno != EAGAIN)) {
-		int ret = -errno;
-
+	/* Consume the event already delivered, then arm.  The caller polls
+	 * once more after this, which closes the window in which a peer saw
+	 * no armed flag.  The context's wake-ups are the waker's to read. */
+	if (read(cq->efd, &v, sizeof(v)) < 0 && errno != EAGAIN) {
+		ret = -errno;
 		tf_log_error(SOFT_SUBSYS, "cq eventfd read: %m");
 		return ret;
 	}
-	if (!atomic_exchange(&cq->armed, true) &&
-	    atomic_fetch_add(&ctx->n_armed, 1) == 0)
+	if (atomic_exchange(&cq->armed, true))
+		return 0;
+	first = atomic_fetch_add(&ctx->n_armed, 1) == 0;
+	if (first)
 		atomic_store(&ctx->tpt_ctl->armed, 1);
-	return 0;
+	ret = soft_waker_armed(ctx, first);
+	/* No waker, no wake-up for remote completions: not armed. */
+	if (ret && atomic_exchange(&cq->armed, false))
+		disarm_ctx(ctx);
+	return ret;
 }

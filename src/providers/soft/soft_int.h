@@ -4,7 +4,8 @@
  *
  * Split of responsibilities (files):
  *   soft.c        context, PD, mem_alloc, caps, progress (and its thread),
- *                 probe, the address blob (encode/decode), connect
+ *                 the waker (CQ fds), probe, the address blob
+ *                 (encode/decode), connect
  *   soft_mr.c     registration (mlock + /proc/self/pagemap, page pin
  *                 refcounts), the TPT, memory windows, the remote-access
  *                 check, revocation, atomics
@@ -40,10 +41,11 @@
  *
  * Locking (read this before writing a transport):
  *  - ctx->progress_lock serializes progress: whoever makes progress (a user
- *    thread in tf_cq_poll / tf_context_progress, or the progress thread)
- *    takes it with trylock and skips the round when it is busy.  The list
- *    of QPs (ctx->qps) is changed only with it held, so a transport's
- *    progress may walk ctx->qps without further locking.
+ *    thread in tf_cq_poll / tf_context_progress, the progress thread, or
+ *    the waker while a CQ is armed) takes it with trylock and skips the
+ *    round when it is busy.  The list of QPs (ctx->qps) is changed only
+ *    with it held, so a transport's progress may walk ctx->qps without
+ *    further locking.
  *  - qp->lock (a spinlock: soft_qp_lock/trylock/unlock, not recursive)
  *    protects a QP's queues and state.  post_send/post_recv take it; a
  *    transport's progress must take it around any call into the engine
@@ -264,7 +266,8 @@ struct soft_mw {
 };
 
 /* A completion queue: a ring the engine writes under the CQ lock and the
- * user polls; an eventfd signalled when armed. */
+ * user polls; an eventfd (tf_cq_fd) signalled when a completion arrives
+ * while armed. */
 struct soft_cq {
 	struct tf_cq base;
 	pthread_spinlock_t lock;
@@ -273,8 +276,7 @@ struct soft_cq {
 	uint32_t head, tail; /* head: next to poll; tail: next free */
 	_Atomic uint32_t count;
 	bool overflow;
-	int efd;  /* written when a completion arrives while armed */
-	int epfd; /* tf_cq_fd: epoll of efd and ctx->ev_epfd */
+	int efd; /* tf_cq_fd: written when a completion arrives while armed */
 	_Atomic bool armed;
 };
 
@@ -419,12 +421,21 @@ struct soft_ctx {
 	atomic_uint tp_chosen;	     /* SOFT_TP_* a connect has chosen */
 	_Atomic uint32_t tick;	     /* progress calls, for rare work */
 	bool want_shm, want_tcp;     /* from TOLLFREE_SOFT_TRANSPORT */
-	/* Waking a process asleep on a CQ fd (no progress thread): peers
-	 * write wake_efd; ev_epfd holds it and the transports' wait_fds and
-	 * is nested into every CQ's epoll fd. */
+	/* Waking a process asleep on a CQ fd: peers write wake_efd while a
+	 * CQ is armed; ev_epfd, the context's one wait set, holds it, the
+	 * transports' wait_fds and waker_efd.  While a CQ is armed the waker
+	 * thread sleeps on ev_epfd and makes progress when it fires, which
+	 * writes the eventfd of each armed CQ that gets a completion (soft.c,
+	 * "waker"). */
 	int wake_efd;
 	int ev_epfd;
+	int waker_efd;	     /* unparks or stops the waker */
 	atomic_uint n_armed; /* armed CQs */
+	pthread_t waker;
+	pid_t waker_pid;	    /* the process that started it */
+	_Atomic bool waker_running; /* set once, under ctx->lock */
+	atomic_bool waker_parked;   /* parked: no CQ armed */
+	atomic_bool waker_stop;
 	pthread_t progress_thread;
 	bool progress_running;
 	atomic_bool progress_stop;
@@ -543,11 +554,11 @@ struct soft_transport_ops {
 	 * qp->tp_priv. */
 	void (*qp_fini)(struct soft_qp *qp);
 	/* Optional: a file descriptor that becomes readable when progress
-	 * has inbound work (tcp: the epoll fd of its sockets), or -1.  It is
-	 * nested (epoll) into every CQ's fd, so that an event loop asleep on
-	 * tf_cq_fd() wakes up for remote events without a progress thread
-	 * (then it calls tf_cq_poll, which makes the progress).  Called once,
-	 * after ctx_init. */
+	 * has inbound work (tcp: the epoll fd of its sockets), or -1.  It
+	 * joins the context's wait set (ctx->ev_epfd), on which the waker
+	 * sleeps while a CQ is armed, so that an event loop asleep on
+	 * tf_cq_fd() learns of completions that remote events produce
+	 * without a progress thread.  Called once, after ctx_init. */
 	int (*wait_fd)(struct soft_ctx *ctx);
 };
 
@@ -692,6 +703,9 @@ int soft_cq_destroy(struct tf_cq *cq);
 int soft_cq_poll(struct tf_cq *cq, int n, struct tf_wc *wc);
 int soft_cq_fd(struct tf_cq *cq);
 int soft_cq_arm(struct tf_cq *cq);
+/* A CQ of @ctx was armed (@first: the first armed one, after n_armed went
+ * from 0 to 1): start the waker on first use, unpark it.  0 or -errno. */
+int soft_waker_armed(struct soft_ctx *ctx, bool first);
 
 int soft_tpt_init(struct soft_ctx *ctx);
 void soft_tpt_fini(struct soft_ctx *ctx);
@@ -813,8 +827,8 @@ bool soft_tcp_is_connector(uint64_t my_nonce, uint32_t my_qpn,
 /* An fd that is readable while tcp progress has something to do (the
  * transport's epoll set: inbound data, connections, writable sockets with
  * queued frames), or -1 before the transport is up.  Offered so that the
- * engine can add it to a CQ's wait set (epoll nests) and tf_cq_fd wakes a
- * sleeping event loop for inbound tcp traffic without a progress thread
+ * engine can add it to the context's wait set, where the waker sees
+ * inbound tcp traffic for a sleeping event loop without a progress thread
  * (tests/conf_cq_event). */
 int soft_tcp_event_fd(struct soft_ctx *ctx);
 /* Responses (READ data, NAKs) a tcp connection may hold copied in its send

@@ -6,8 +6,9 @@
 #     tests and the conformance suite on the soft provider (shm and tcp);
 #  3. the same suite built with ASan+UBSan, then with TSan;
 #  4. a clang -Werror build, a clang-format check, cppcheck and clang-tidy
-#     (scripts/lint.sh), the libFuzzer targets (scripts/fuzz.sh) and
-#     valgrind memcheck on a subset (scripts/valgrind.sh);
+#     (scripts/lint.sh), the libFuzzer targets (scripts/fuzz.sh),
+#     valgrind memcheck on a subset (scripts/valgrind.sh) and the install
+#     check (scripts/install-check.sh: a prefix and the .deb);
 #  5. the verbs provider on real kernel Soft-RoCE: tests/vm/run.sh boots
 #     Debian's kernel in qemu with rdma_rxe and runs the conformance suite
 #     on one rxe device and on two rxe devices joined by a veth pair.
@@ -169,6 +170,10 @@ counted() {
 stage lint scripts/lint.sh
 counted fuzz scripts/fuzz.sh
 counted valgrind scripts/valgrind.sh build-ci/release
+# The install a user makes: a prefix and the .deb (installed with apt and
+# removed again), each used by a program built with pkg-config and with
+# find_package, and the installed tools run without LD_LIBRARY_PATH.
+counted install-check scripts/install-check.sh build-ci/release
 
 if [ "${TOLLFREE_TEST_NO_VM:-0}" = 1 ]; then
 	echo "=== [vm] skipped: TOLLFREE_TEST_NO_VM=1"

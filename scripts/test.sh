@@ -94,7 +94,7 @@ if [ "${TOLLFREE_TEST_QUICK:-0}" != 1 ]; then
 			run_ctest asan build-ci/asan
 	fi
 	if build tsan build-ci/tsan -DCMAKE_BUILD_TYPE=Debug -DTOLLFREE_TSAN=ON; then
-		TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+		TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$top/scripts/tsan.supp \
 			run_ctest tsan build-ci/tsan
 	fi
 	unset TF_TEST_SESSIONS TF_TEST_REVOKE_ATTEMPTS

@@ -421,6 +421,10 @@ int main(int argc, char **argv)
 
 	if (argc == 6 && !strcmp(argv[1], "peer"))
 		return peer_main(argv);
+	/* Each allocation is failed in turn, counted on the calling thread:
+	 * a node's connection stock, made by a thread of its own in the
+	 * background, would allocate at times no sweep can predict. */
+	setenv("TOLLFREE_SESSION_STOCK", "0", 1);
 	/* Before any other tf_ call. */
 	tf_set_allocator(&al);
 	main_tid = gettid();

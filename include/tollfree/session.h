@@ -40,10 +40,11 @@
  * windows fall back to a dedicated registration per exposure (counted in
  * tf_node_stats_t.expose_mr_fallback).
  *
- * Reuse: when both sides closed cleanly (each sent CLOSE after revoking),
- * nothing is outstanding and the QP is in RTS, the connection (socket and
- * QP) is kept, bounded by TOLLFREE_SESSION_QP_CACHE: by the client's node
- * per peer address, by the server's listener.  The next session to that
+ * Reuse: when a side closed cleanly (sent CLOSE after revoking), nothing
+ * is outstanding and the QP is in RTS, the connection (socket and QP) is
+ * kept, bounded by TOLLFREE_SESSION_QP_CACHE: by the client's node per
+ * peer address, by the server's listener.  Close is one-way: it does not
+ * wait for the peer's CLOSE, which the connection's next user consumes.  The next session to that
  * peer sends its OPEN, naming the connection, over the control QP (or the
  * kept socket if there is none); it still gets its own windows and keys.
  * A connection whose QP or control QP failed is destroyed.
@@ -411,8 +412,10 @@ int tf_session_revoke(tf_session_t *s);
 /*
  * tf_session_close - revoke, wait for outstanding work, release buffers
  * (slices to the pool, cache references), tell the peer, and keep the
- * connection for the next session to the same peer if it is healthy and
- * the peer closed too (within the node timeout).  NULL-safe.
+ * connection for the next session to the same peer if it is healthy.  It
+ * does not wait for the peer.  When it returns, no key this side gave out
+ * reaches its memory; the peer's keys are the peer's to revoke (at its own
+ * close).  NULL-safe.
  */
 void tf_session_close(tf_session_t *s);
 

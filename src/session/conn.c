@@ -60,6 +60,7 @@ struct tf_conn *tf__conn_alloc(struct tf_node *node, int fd)
 	}
 	c->node = node;
 	c->fd = fd;
+	c->close_due = -1;
 	return c;
 }
 
@@ -93,11 +94,11 @@ int tf__conn_make_qp(struct tf_node *node, struct tf_conn *c,
 }
 
 int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
-		    uint32_t send_depth, uint32_t recv_depth)
+		    uint32_t send_depth, uint32_t recv_depth, bool want_ctl)
 {
 	int ret = 0;
 
-	if (!tf__stock_take(node, c, send_depth, recv_depth))
+	if (!tf__stock_take(node, c, send_depth, recv_depth, want_ctl))
 		ret = tf__conn_make_qp(node, c, send_depth, recv_depth);
 	if (!ret)
 		STAT(node, qp_new);
@@ -152,7 +153,7 @@ int tf__conn_send(struct tf_conn *c, unsigned ch, struct tf_wire_msg *m,
 	return tf__wire_send(c->fd, m, timeout_ms);
 }
 
-int tf__conn_open(struct tf_conn *c, unsigned ch)
+int tf__conn_open_rx(struct tf_conn *c, unsigned ch, struct tf_wire_rx *rx)
 {
 	uint8_t th[TF_WIRE_HASH];
 	bool hs = c->ts && ch == TF_WIRE_CH_SOCK;
@@ -165,11 +166,25 @@ int tf__conn_open(struct tf_conn *c, unsigned ch)
 		 * travelled (sealed), joins the transcript. */
 		ret = tf__transcript_hash(c->ts, th);
 		if (!ret)
-			ret = tf__transcript_add_rx(c->ts, &c->rx);
+			ret = tf__transcript_add_rx(c->ts, rx);
 		if (ret)
 			return ret;
 	}
-	return tf__wire_unseal(c->keys, ch, &c->rx, hs ? th : NULL);
+	return tf__wire_unseal(c->keys, ch, rx, hs ? th : NULL);
+}
+
+int tf__conn_open(struct tf_conn *c, unsigned ch)
+{
+	return tf__conn_open_rx(c, ch, &c->rx);
+}
+
+bool tf__conn_late_close(struct tf_conn *c, unsigned ch,
+			 const struct tf_wire_rx *rx)
+{
+	if (c->close_due != (int)ch || rx->h.op != TF_WIRE_CLOSE)
+		return false;
+	c->close_due = -1;
+	return true;
 }
 
 void tf__conn_sock_opts(int fd)

@@ -86,16 +86,20 @@ static int client_accept(struct tf_session *s, bool reused)
 	struct tf_wire_accept acc;
 	int ret;
 
-	tf__wire_rx_reset(&c->rx);
-	if (s->qctl)
-		ret = tf__ctl_wait(c, &c->rx, s->node->timeout_ms);
-	else
-		ret = tf__wire_recv(c->fd, &c->rx, s->node->timeout_ms);
-	if (ret < 0)
-		return ret;
-	ret = tf__conn_open(c, tf__sess_channel(s));
-	if (ret)
-		return ret;
+	/* The CLOSE of the previous session on this connection may come
+	 * first, if this side closed it before the server did. */
+	do {
+		tf__wire_rx_reset(&c->rx);
+		if (s->qctl)
+			ret = tf__ctl_wait(c, &c->rx, s->node->timeout_ms);
+		else
+			ret = tf__wire_recv(c->fd, &c->rx, s->node->timeout_ms);
+		if (ret < 0)
+			return ret;
+		ret = tf__conn_open(c, tf__sess_channel(s));
+		if (ret)
+			return ret;
+	} while (tf__conn_late_close(c, tf__sess_channel(s), &c->rx));
 	tf__transcript_free(c->ts);
 	c->ts = NULL;
 	ret = server_refused(c);
@@ -309,7 +313,7 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 		sd = params->max_send_wr;
 		rd = params->max_recv_wr;
 	}
-	ret = tf__conn_new_qp(node, c, sd, rd);
+	ret = tf__conn_new_qp(node, c, sd, rd, node->qp_cache && !no_reuse);
 	if (ret)
 		goto err_conn;
 	ret = tf_qp_get_addr(c->qp, blob, &blob_len);
@@ -317,9 +321,7 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 		goto err_conn;
 	/* A control QP for the sessions after this one, if the connection
 	 * may be kept; without one they use the socket. */
-	if (!node->qp_cache || no_reuse)
-		tf__stock_give_ctl(node, c); /* the stock made one */
-	else if (!tf__ctl_create(node, c)) {
+	if (node->qp_cache && !no_reuse && !tf__ctl_create(node, c)) {
 		ctl_len = sizeof(ctl);
 		if (tf_qp_get_addr(c->ctl.qp, ctl, &ctl_len)) {
 			tf__ctl_destroy(c);

@@ -172,11 +172,35 @@ static int reap(struct tf_ctl *k)
 	return 0;
 }
 
+/* The socket of a connection whose sessions use the control QP carries
+ * one more message only: the CLOSE of its first session, when this side
+ * closed that session before it came (one-way close). */
+static int tcp_late_close(struct tf_conn *c)
+{
+	int ret = tf__wire_rx_step(c->fd, &c->sock_rx);
+
+	if (ret <= 0)
+		return ret;
+	ret = tf__conn_open_rx(c, TF_WIRE_CH_SOCK, &c->sock_rx);
+	if (!ret && !tf__conn_late_close(c, TF_WIRE_CH_SOCK, &c->sock_rx)) {
+		tf_log_warn(S,
+			    "unexpected %s on the socket of a kept "
+			    "connection",
+			    tf__wire_op_name(c->sock_rx.h.op));
+		ret = -TF_EWIRE;
+	}
+	tf__wire_rx_reset(&c->sock_rx);
+	return ret;
+}
+
 int tf__ctl_tcp_check(struct tf_conn *c)
 {
 	uint8_t b;
-	ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	ssize_t n;
 
+	if (c->close_due == TF_WIRE_CH_SOCK)
+		return tcp_late_close(c);
+	n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (n == 0)
 		return -ECONNRESET;
 	if (n > 0) {

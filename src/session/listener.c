@@ -313,7 +313,7 @@ static int server_open_new(struct tf_listener *l, struct tf_conn *c,
 		sd = params->max_send_wr;
 		rd = params->max_recv_wr;
 	}
-	ret = tf__conn_new_qp(node, c, sd, rd);
+	ret = tf__conn_new_qp(node, c, sd, rd, req->ctl_len && node->qp_cache);
 	if (ret)
 		return ret;
 	ret = tf_qp_connect(c->qp, req->blob, req->blob_len);
@@ -324,10 +324,8 @@ static int server_open_new(struct tf_listener *l, struct tf_conn *c,
 	}
 	/* Without a control QP the connection still works: its later
 	 * sessions send their control messages on the socket. */
-	if (!req->ctl_len || !node->qp_cache)
-		tf__stock_give_ctl(node, c); /* the stock made one */
-	else if (!tf__ctl_create(node, c) &&
-		 tf__ctl_connect(c, req->ctl, req->ctl_len))
+	if (req->ctl_len && node->qp_cache && !tf__ctl_create(node, c) &&
+	    tf__ctl_connect(c, req->ctl, req->ctl_len))
 		tf__ctl_destroy(c);
 	c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
 	ret = tf__sess_new(node, c, true, &s);
@@ -481,8 +479,16 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 	if (c->hs == TF_CONN_WAIT_HELLO) {
 		ret = server_hello(l, c, params, &s);
 	} else {
-		ret = tf__conn_open(c, from_ctl ? TF_WIRE_CH_CTL
-						: TF_WIRE_CH_SOCK);
+		unsigned ch = from_ctl ? TF_WIRE_CH_CTL : TF_WIRE_CH_SOCK;
+
+		ret = tf__conn_open(c, ch);
+		/* The client's CLOSE of the session this side closed first:
+		 * the connection stays idle. */
+		if (!ret && c->hs == TF_CONN_IDLE &&
+		    tf__conn_late_close(c, ch, &c->rx)) {
+			tf__wire_rx_reset(&c->rx);
+			return 0;
+		}
 		if (!ret)
 			ret = server_open(l, c, params, &s);
 	}

@@ -160,6 +160,10 @@ static void ctrl_step(struct tf_session *s)
 			set_broken(s, ret);
 			return;
 		}
+		if (tf__conn_late_close(c, tf__sess_channel(s), &c->rx)) {
+			tf__wire_rx_reset(&c->rx);
+			continue;
+		}
 		if (c->rx.h.op == TF_WIRE_EXPOSE) {
 			ret = tf__wire_parse_expose(&c->rx, &x);
 			if (!ret)
@@ -1021,25 +1025,6 @@ static void drain(struct tf_session *s)
 		s->c->broken = true;
 }
 
-/* Wait for the peer's CLOSE, progressing (the peer may need this side
- * to serve its last operations before it closes). */
-static void wait_peer_close(struct tf_session *s)
-{
-	struct tf_backoff bo;
-
-	tf__sess_backoff_init(&bo, s->node, s->node->timeout_ms);
-	for (;;) {
-		ctrl_step(s);
-		if (s->peer_closed || s->broken)
-			return;
-		reap(s, NULL, 0);
-		if (tf__backoff(&bo)) {
-			set_broken(s, -ETIMEDOUT);
-			return;
-		}
-	}
-}
-
 void tf_session_close(tf_session_t *s)
 {
 	struct tf_node *node;
@@ -1073,18 +1058,21 @@ void tf_session_close(tf_session_t *s)
 	} else if (!s->broken) {
 		struct tf_wire_msg m;
 
+		/* One-way: tell the peer and go.  This side's keys are revoked
+		 * already; the peer revokes its own when it closes, which is
+		 * its business (tf_session_close(3)). */
 		tf__wire_init(&m, TF_WIRE_CLOSE);
 		if (tf__wire_finish(&m) ||
 		    tf__sess_ctl_send(s, &m, node->timeout_ms))
 			set_broken(s, -EPIPE);
-		else if (keep)
-			wait_peer_close(s);
 	}
-	keep = keep && !c->broken && s->peer_closed && !s->n_stash &&
+	keep = keep && !c->broken && !s->n_stash &&
 	       tf_qp_state(c->qp) == TF_QPS_RTS &&
 	       (!c->ctl.ready || tf_qp_state(c->ctl.qp) == TF_QPS_RTS);
-	if (!keep)
-		c->broken = c->broken || !s->peer_closed;
+	/* The peer's CLOSE of this session is still due: whoever reads the
+	 * connection next consumes it. */
+	if (keep && !s->peer_closed)
+		c->close_due = (int)tf__sess_channel(s);
 	atomic_fetch_sub(&node->n_sessions, 1);
 	if (s->opened)
 		STAT(node, sessions_closed);

@@ -100,6 +100,13 @@ struct tf_conn {
 	struct tf_sess_keys *keys;
 	struct tf_transcript *ts;
 	struct tf_wire_rx rx;
+	/* One-way close: this side closed its last session before the
+	 * peer's CLOSE came.  That CLOSE is still due on channel close_due
+	 * (-1: none) and is consumed wherever the connection reads next;
+	 * on the socket, while the control QP carries the sessions, into
+	 * sock_rx. */
+	int close_due;
+	struct tf_wire_rx sock_rx;
 	struct tf_ctl ctl;
 	/* The memory of this connection's last session, for the next. */
 	struct tf_session *spare;
@@ -260,12 +267,20 @@ int tf__conn_send(struct tf_conn *c, unsigned ch, struct tf_wire_msg *m,
 /* Open the message in c->rx that came on channel @ch: a no-op without
  * keys, else tf__wire_unseal (with the transcript while it runs). */
 int tf__conn_open(struct tf_conn *c, unsigned ch);
+/* As tf__conn_open for a message in @rx. */
+int tf__conn_open_rx(struct tf_conn *c, unsigned ch, struct tf_wire_rx *rx);
+/* Whether the opened message in @rx, from channel @ch, is the previous
+ * session's CLOSE that a one-way close left due: then it is consumed
+ * (true) and the caller reads on. */
+bool tf__conn_late_close(struct tf_conn *c, unsigned ch,
+			 const struct tf_wire_rx *rx);
 /* Make a QP and its CQ for @c (no stock); tf__conn_new_qp takes them from
  * the stock when it can. */
 int tf__conn_make_qp(struct tf_node *node, struct tf_conn *c,
 		     uint32_t send_depth, uint32_t recv_depth);
+/* ... and with the control QP, when @want_ctl and the stock has one. */
 int tf__conn_new_qp(struct tf_node *node, struct tf_conn *c,
-		    uint32_t send_depth, uint32_t recv_depth);
+		    uint32_t send_depth, uint32_t recv_depth, bool want_ctl);
 void tf__conn_destroy(struct tf_conn *c);
 void tf__conn_unlink(struct tf_conn *c);
 void tf__conn_link(struct tf_conn *head, struct tf_conn *c);
@@ -303,11 +318,8 @@ static inline unsigned tf__sess_channel(const struct tf_session *s)
 int tf__stock_init(struct tf_node *node, unsigned cap);
 void tf__stock_fini(struct tf_node *node);
 bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
-		    uint32_t rd);
+		    uint32_t rd, bool want_ctl);
 unsigned tf__stock_count(struct tf_node *node, uint64_t *bytes_p);
-/* @c does not need the control QP it took from the stock: keep it for
- * the next entry (or destroy it). */
-void tf__stock_give_ctl(struct tf_node *node, struct tf_conn *c);
 
 /* node_stats.c: publish the node's counters with its context's. */
 void tf__sess_stats_register(struct tf_node *node);

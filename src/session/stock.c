@@ -169,7 +169,7 @@ void tf__stock_fini(struct tf_node *node)
 }
 
 bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
-		    uint32_t rd)
+		    uint32_t rd, bool want_ctl)
 {
 	struct tf_stock *k = &node->stock;
 	struct tf_stock_ent e;
@@ -185,6 +185,14 @@ bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 		return false;
 	}
 	e = k->ent[--k->n];
+	/* A control QP this connection will not use stays, unused, for the
+	 * entry made next (which the signal below asks for): each take
+	 * leaves at most one spare and one hole, and each entry made takes
+	 * a spare if there is one, so a full stock has none. */
+	if (!want_ctl && e.ctl.qp && k->n_spare < TF_STOCK_SPARE) {
+		k->spare[k->n_spare++] = e.ctl;
+		memset(&e.ctl, 0, sizeof(e.ctl));
+	}
 	k->blocked = false;
 	pthread_cond_signal(&k->cv);
 	pthread_mutex_unlock(&k->lock);
@@ -195,28 +203,6 @@ bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 	c->recv_depth = rd;
 	STAT(node, stock_hits);
 	return true;
-}
-
-void tf__stock_give_ctl(struct tf_node *node, struct tf_conn *c)
-{
-	struct tf_stock *k = &node->stock;
-	bool kept = false;
-
-	if (!c->ctl.qp)
-		return;
-	/* Never connected: as good as new for the next entry. */
-	if (k->cap && !c->ctl.ready) {
-		pthread_mutex_lock(&k->lock);
-		if (k->n_spare < TF_STOCK_SPARE) {
-			k->spare[k->n_spare++] = c->ctl;
-			kept = true;
-		}
-		pthread_mutex_unlock(&k->lock);
-	}
-	if (kept)
-		memset(&c->ctl, 0, sizeof(c->ctl));
-	else
-		tf__ctl_destroy(c);
 }
 
 unsigned tf__stock_count(struct tf_node *node, uint64_t *bytes_p)

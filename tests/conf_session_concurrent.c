@@ -49,8 +49,10 @@ static bool can_lock_any(void)
 	if (!f)
 		return false;
 	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "CapEff: %llx", &cap) == 1)
+		if (!strncmp(line, "CapEff:", 7)) {
+			cap = strtoull(line + 7, NULL, 16);
 			break;
+		}
 	fclose(f);
 	return cap & (1ull << 14);
 }

@@ -226,8 +226,8 @@ static void client(struct tf_pair *p)
 	tf_node_stats_t st;
 	struct relay r;
 	tf_session_t *s;
-	uint8_t ops[16], pat[8];
-	uint16_t flags[16];
+	uint8_t ops[16] = {0}, pat[8];
+	uint16_t flags[16] = {0};
 	unsigned n;
 	int ret;
 

@@ -684,7 +684,7 @@ static bool accept_new(struct tf_listener *l)
 
 	for (int k = 0; k < 64; k++) {
 		struct epoll_event ev = {.events = EPOLLIN};
-		struct sockaddr_storage peer;
+		struct sockaddr_storage peer = {.ss_family = AF_UNSPEC};
 		socklen_t pl = sizeof(peer);
 		struct tf_conn *c;
 		int fd = accept4(l->lfd, (struct sockaddr *)&peer, &pl,

@@ -131,7 +131,8 @@ int tf__wire_hdr_decode(const uint8_t *p, struct tf_wire_hdr *h)
 		/* Say what the peer is when it speaks text ("HTTP", "SSH-"):
 		 * a client pointed at the wrong port is the common case. */
 		for (int i = 0; i < 4; i++)
-			txt[i] = p[i] >= 0x20 && p[i] < 0x7f ? (char)p[i] : '.';
+			txt[i] = (char)(p[i] >= 0x20 && p[i] < 0x7f ? p[i]
+								    : '.');
 		txt[4] = '\0';
 		tf_log_warn("session",
 			    "peer does not speak the tollfree protocol "

@@ -727,7 +727,8 @@ out:
 			*bad_wr_p = wr;
 		return ret;
 	}
-	return posted;
+	/* At most the queue depth (a uint32_t bounded by QP_MAX_WR). */
+	return (int)posted;
 }
 
 int soft_post_recv(struct tf_qp *base, struct tf_recv_wr *wr,

@@ -270,7 +270,8 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
  * IPv4/IPv6) : @port, taking a kept connection to that peer if the node
  * has one.  Returns 0, -TF_EAUTH (the server failed or refused the key
  * proof), -TF_EWIRE/-TF_EVERSION (bad handshake), -ETIMEDOUT,
- * -ECONNREFUSED or -errno.  Thread-safe with respect to the node.
+ * -ECONNREFUSED, -ENOBUFS (the server's pinned-memory bound has no room
+ * for the connection) or -errno.  Thread-safe with respect to the node.
  */
 int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
 		       const tf_session_params_t *params, tf_session_t **s_p);

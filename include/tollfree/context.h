@@ -113,9 +113,11 @@ typedef struct tf_context_stats {
 	uint64_t mr_reg; /* successful registrations */
 	uint64_t mr_dereg;
 	uint64_t mr_reg_fail;
-	uint64_t pinned_bytes; /* currently registered bytes */
-	uint64_t mw_bind;      /* completed BIND_MW work requests */
-	uint64_t mw_inval;     /* LOCAL_INV and SEND_WITH_INV received */
+	/* Whole pages registered now, every registration counted (pool
+	 * chunks, cached regions, control slots, dedicated ones). */
+	uint64_t pinned_bytes;
+	uint64_t mw_bind;  /* completed BIND_MW work requests */
+	uint64_t mw_inval; /* LOCAL_INV and SEND_WITH_INV received */
 	uint64_t qp_created;
 	uint64_t qp_errors; /* QPs that went to the error state */
 	uint64_t send_posted;
@@ -128,7 +130,11 @@ typedef struct tf_context_stats {
 	uint64_t xlate_hits;
 	uint64_t xlate_misses;
 	uint64_t xlate_evictions;
-	uint64_t reserved[16];
+	/* The bound on pinned_bytes (TOLLFREE_MAX_PINNED; UINT64_MAX: none)
+	 * and the registrations it refused (-ENOBUFS). */
+	uint64_t max_pinned;
+	uint64_t pinned_refused;
+	uint64_t reserved[14];
 } tf_context_stats_t;
 
 /*

@@ -49,7 +49,8 @@ int tf_pd_destroy(tf_pd_t *pd);
  * cost grows with the number of pages.
  * Returns 0, -EINVAL (bad flags, zero length, wrapping range), -EFAULT
  * (range not mapped), -ENOMEM or -EAGAIN (pinning refused: check
- * RLIMIT_MEMLOCK), -ENOSPC (too many regions).  Thread-safe.
+ * RLIMIT_MEMLOCK), -ENOBUFS (the context's TOLLFREE_MAX_PINNED would be
+ * passed), -ENOSPC (too many regions).  Thread-safe.
  */
 int tf_mr_reg(tf_pd_t *pd, void *addr, size_t length, unsigned access,
 	      tf_mr_t **mr_p);

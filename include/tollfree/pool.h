@@ -110,6 +110,7 @@ void tf_pool_destroy(tf_pool_t *pool);
  * tf_pool_rent - rent a slice of at least @size bytes into *@slice_p.
  * Returns 0, -EINVAL (@size is 0 or above the largest class), -ENOMEM (the
  * pool reached its bound, or a chunk could not be allocated or registered),
+ * -ENOBUFS (a chunk would pass the context's TOLLFREE_MAX_PINNED),
  * -TF_EFORK in a forked child.  Thread-safe.
  */
 int tf_pool_rent(tf_pool_t *pool, size_t size, tf_slice_t *slice_p);

@@ -122,8 +122,9 @@ void tf_rcache_destroy(tf_rcache_t *rc);
  * tf_rcache_get - a registration covering [@addr, @addr + @len) with at
  * least @access (enum tf_access); the caller owns a reference until
  * tf_rcache_put().  Returns 0, -EINVAL, -TF_EFORK, or a registration error
- * (-ENOMEM/-EAGAIN: pinning refused, check RLIMIT_MEMLOCK; -EFAULT: not
- * mapped).  Thread-safe.
+ * (-ENOMEM/-EAGAIN: pinning refused, check RLIMIT_MEMLOCK; -ENOBUFS: past
+ * the context's TOLLFREE_MAX_PINNED, both after evicting idle regions;
+ * -EFAULT: not mapped).  Thread-safe.
  */
 int tf_rcache_get(tf_rcache_t *rc, void *addr, size_t len, unsigned access,
 		  tf_rcache_reg_t **reg_p);

@@ -15,8 +15,9 @@
  * waits for the revocation to complete before memory goes back to the pool.
  *
  * Bootstrap: a TCP connection (IPv4 or IPv6) carries a versioned binary
- * handshake (optionally authenticated by HMAC-SHA256 challenge-response in
- * both directions with a pre-shared key) that exchanges QP address blobs.
+ * handshake that exchanges QP address blobs; with a pre-shared key, both
+ * sides prove the key and the handshake and every later control message
+ * are authenticated and encrypted (tollfree(7), SECURITY).
  * The connection stays open for the life of the session and carries the
  * small control messages of the first session: exposures (EXPOSE) and the
  * end of the session (CLOSE).  Control messages never use the session's
@@ -36,9 +37,14 @@
  *
  * Keys: an exposure binds a fresh type-2 memory window over exactly the
  * exposed bytes, on this session's QP only; a peer cannot reach it through
- * another QP, and after revocation not at all.  Providers without memory
- * windows fall back to a dedicated registration per exposure (counted in
- * tf_node_stats_t.expose_mr_fallback).
+ * another QP, and after revocation not at all.  Without windows (a
+ * provider without type-2 windows, TOLLFREE_SESSION_MW=n, or use_mw 0)
+ * each exposure is a dedicated registration (counted in
+ * tf_node_stats_t.expose_mr_fallback): still exactly the exposed bytes
+ * and rights, revoked at close, but, as for any registration, its key is
+ * valid from every QP of the node's PD, so any peer connected to the node
+ * that learns or guesses it reaches the exposure until then.  The threat
+ * model is in tollfree(7), SECURITY.
  *
  * Reuse: when a side closed cleanly (sent CLOSE after revoking), nothing
  * is outstanding and the QP is in RTS, the connection (socket and QP) is
@@ -271,7 +277,8 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
  * IPv4/IPv6) : @port, taking a kept connection to that peer if the node
  * has one.  Returns 0, -TF_EAUTH (the server failed or refused the key
  * proof), -TF_EWIRE/-TF_EVERSION (bad handshake), -ETIMEDOUT,
- * -ECONNREFUSED or -errno.  Thread-safe with respect to the node.
+ * -ECONNREFUSED, -ENOBUFS (the server's pinned-memory bound has no room
+ * for the connection) or -errno.  Thread-safe with respect to the node.
  */
 int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
 		       const tf_session_params_t *params, tf_session_t **s_p);

@@ -419,6 +419,8 @@ int tf_context_query_stats(tf_context_t *ctx, tf_context_stats_t *s)
 	s->mr_dereg = LOAD(mr_dereg);
 	s->mr_reg_fail = LOAD(mr_reg_fail);
 	s->pinned_bytes = LOAD(pinned_bytes);
+	s->max_pinned = ctx->cfg.max_pinned;
+	s->pinned_refused = LOAD(pinned_refused);
 	s->mw_bind = LOAD(mw_bind);
 	s->mw_inval = LOAD(mw_inval);
 	s->qp_created = LOAD(qp_created);

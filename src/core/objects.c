@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "provider.h"
 #include "stats_int.h"
@@ -194,11 +195,59 @@ int tf_pd_destroy(tf_pd_t *pd)
 
 /* ------------------------------------------------------------- MR */
 
+/*
+ * The pinned-memory bound (TOLLFREE_MAX_PINNED).  Every registration of a
+ * context goes through tf_mr_reg (pool chunks, cached regions, control
+ * slots, dedicated registrations of sessions), so this is the one place
+ * that counts and bounds what a context pins.  A registration is charged
+ * the whole pages it spans, as the provider pins them; two registrations
+ * of one page are both charged, so the count is an upper bound on what
+ * the context keeps locked.  The charge is taken before the provider is
+ * called (a compare-and-swap loop), so that registrations racing on other
+ * threads never pass the bound together.
+ */
+static uint64_t pin_span(const void *addr, size_t length)
+{
+	long v = sysconf(_SC_PAGESIZE); /* glibc: a load, no system call */
+	uint64_t a = (uintptr_t)addr, ps = v > 0 ? (uint64_t)v : 4096;
+
+	return ((a + length + ps - 1) & ~(ps - 1)) - (a & ~(ps - 1));
+}
+
+static int pin_charge(struct tf_context *ctx, uint64_t span)
+{
+	uint64_t max = ctx->cfg.max_pinned;
+	unsigned long long cur =
+		atomic_load_explicit(&ctx->pinned_bytes, memory_order_relaxed);
+
+	do {
+		if (span > max || cur > max - span) {
+			TF_STAT_ADD(ctx, pinned_refused, 1);
+			tf_log_warn("core",
+				    "mr_reg: %llu bytes refused: %llu of "
+				    "TOLLFREE_MAX_PINNED=%llu pinned already",
+				    (unsigned long long)span, cur,
+				    (unsigned long long)max);
+			return -ENOBUFS;
+		}
+	} while (!atomic_compare_exchange_weak_explicit(
+		&ctx->pinned_bytes, &cur, cur + span, memory_order_relaxed,
+		memory_order_relaxed));
+	return 0;
+}
+
+static void pin_release(struct tf_context *ctx, uint64_t span)
+{
+	atomic_fetch_sub_explicit(&ctx->pinned_bytes, span,
+				  memory_order_relaxed);
+}
+
 int tf_mr_reg(tf_pd_t *pd, void *addr, size_t length, unsigned access,
 	      tf_mr_t **mr_p)
 {
 	struct tf_context *ctx;
 	struct tf_mr *mr;
+	uint64_t span;
 	int ret;
 
 	if (!pd || !mr_p)
@@ -216,8 +265,15 @@ int tf_mr_reg(tf_pd_t *pd, void *addr, size_t length, unsigned access,
 				     "local write");
 		return -EINVAL;
 	}
+	span = pin_span(addr, length);
+	ret = pin_charge(ctx, span);
+	if (ret) {
+		TF_STAT_ADD(ctx, mr_reg_fail, 1);
+		return ret;
+	}
 	ret = OPS(ctx)->mr_reg(pd, addr, length, access, &mr);
 	if (ret) {
+		pin_release(ctx, span);
 		TF_STAT_ADD(ctx, mr_reg_fail, 1);
 		return ret;
 	}
@@ -228,7 +284,6 @@ int tf_mr_reg(tf_pd_t *pd, void *addr, size_t length, unsigned access,
 	atomic_fetch_add(&pd->refs, 1);
 	atomic_fetch_add(&ctx->n_mr, 1);
 	TF_STAT_ADD(ctx, mr_reg, 1);
-	TF_STAT_ADD(ctx, pinned_bytes, length);
 	*mr_p = mr;
 	return 0;
 }
@@ -237,6 +292,7 @@ int tf_mr_dereg(tf_mr_t *mr)
 {
 	struct tf_context *ctx;
 	struct tf_pd *pd;
+	void *addr;
 	size_t length;
 	int ret;
 
@@ -244,6 +300,7 @@ int tf_mr_dereg(tf_mr_t *mr)
 		return 0;
 	pd = mr->pd;
 	ctx = pd->ctx;
+	addr = mr->addr;
 	length = mr->length;
 	ret = OPS(ctx)->mr_dereg(mr);
 	if (ret)
@@ -251,8 +308,7 @@ int tf_mr_dereg(tf_mr_t *mr)
 	atomic_fetch_sub(&pd->refs, 1);
 	atomic_fetch_sub(&ctx->n_mr, 1);
 	TF_STAT_ADD(ctx, mr_dereg, 1);
-	atomic_fetch_sub_explicit(&ctx->pinned_bytes, length,
-				  memory_order_relaxed);
+	pin_release(ctx, pin_span(addr, length));
 	return 0;
 }
 

@@ -52,7 +52,10 @@ struct tf_context {
 	atomic_long n_pd, n_mr, n_mw, n_cq, n_qp;
 	/* Counters of events that are rare or not tied to one QP; relaxed
 	 * atomic adds because MR ops are thread-safe. */
-	atomic_ullong mr_reg, mr_dereg, mr_reg_fail, pinned_bytes;
+	atomic_ullong mr_reg, mr_dereg, mr_reg_fail;
+	/* Whole pages registered now, reserved before the provider pins
+	 * them, and registrations refused by cfg.max_pinned (objects.c). */
+	atomic_ullong pinned_bytes, pinned_refused;
 	atomic_ullong mw_bind, mw_inval, qp_created, qp_errors;
 	atomic_ullong remote_access_denied;
 	atomic_ullong xlate_hits, xlate_misses, xlate_evictions;

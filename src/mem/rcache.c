@@ -646,10 +646,12 @@ static int rcache_miss(struct tf_rcache *rc, uint64_t a, uint64_t b,
 		r->subscribed = true;
 
 	ret = do_reg(rc, r);
-	if (ret == -ENOMEM || ret == -EAGAIN || ret == -ENOSPC) {
+	if (ret == -ENOMEM || ret == -EAGAIN || ret == -ENOSPC ||
+	    ret == -ENOBUFS) {
 		int n;
 
-		/* Pinning or key limits: give back idle regions, retry. */
+		/* Pinning or key limits (the system's or the context's
+		 * TOLLFREE_MAX_PINNED): give back idle regions, retry. */
 		tf__brlock_wrlock(&rc->lock);
 		n = evict_idle(rc, &free_list);
 		tf__brlock_wrunlock(&rc->lock);

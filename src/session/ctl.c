@@ -98,8 +98,12 @@ int tf__ctl_create(struct tf_node *node, struct tf_conn *c)
 		goto err;
 	return 0;
 err:
-	tf_log_warn(S, "no control QP (%s): kept connections use TCP",
-		    tf_strerror(ret));
+	/* Over the pinned-memory bound (logged by the core) the caller
+	 * decides: a server refuses the connection, a client goes on
+	 * without. */
+	if (ret != -ENOBUFS)
+		tf_log_warn(S, "no control QP (%s): kept connections use TCP",
+			    tf_strerror(ret));
 	tf__ctl_destroy(c);
 	return ret;
 }

@@ -316,15 +316,25 @@ static int server_open_new(struct tf_listener *l, struct tf_conn *c,
 	ret = tf__conn_new_qp(node, c, sd, rd, req->ctl_len && node->qp_cache);
 	if (ret)
 		return ret;
+	/* Without a control QP the connection still works: its later
+	 * sessions send their control messages on the socket.  But a
+	 * connection whose control slots do not fit under the context's
+	 * TOLLFREE_MAX_PINNED is refused (REJECT -ENOBUFS) before anything
+	 * is connected: the client learns that the server is full, where
+	 * going on without a control QP would hide it (issue 14, item 8). */
+	if (req->ctl_len && node->qp_cache &&
+	    tf__ctl_create(node, c) == -ENOBUFS) {
+		tf_log_warn(S, "handshake: new connection refused: its control "
+			       "QP would pass TOLLFREE_MAX_PINNED");
+		return -ENOBUFS;
+	}
 	ret = tf_qp_connect(c->qp, req->blob, req->blob_len);
 	if (ret) {
 		tf_log_warn(S, "handshake: peer QP address refused: %s",
 			    tf_strerror(ret));
 		return ret;
 	}
-	/* Without a control QP the connection still works: its later
-	 * sessions send their control messages on the socket. */
-	if (req->ctl_len && node->qp_cache && !tf__ctl_create(node, c) &&
+	if (req->ctl_len && node->qp_cache && c->ctl.qp &&
 	    tf__ctl_connect(c, req->ctl, req->ctl_len))
 		tf__ctl_destroy(c);
 	c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;

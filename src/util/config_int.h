@@ -49,6 +49,12 @@
 	   "Upper bound on send and receive queue depth")                      \
 	XX(core, CQ_MAX_DEPTH, cq_max_depth, UINT, "65536",                    \
 	   "Upper bound on completion queue depth")                            \
+	XX(core, MAX_PINNED, max_pinned, SIZE, "1G",                           \
+	   "Most memory one context may pin, all registrations together "      \
+	   "(pool chunks, cached regions, control QP slots, dedicated "        \
+	   "registrations), in whole pages; past it a registration fails "     \
+	   "with -ENOBUFS and a new session connection is refused (inf: "      \
+	   "none)")                                                            \
 	XX(soft, TRANSPORT, soft_transport, STR, "auto",                       \
 	   "Soft provider transport: auto (shm to peers on this host, else "   \
 	   "tcp), shm or tcp")                                                 \
@@ -124,7 +130,7 @@
 	   "Sessions: a new connection must send its HELLO within this "       \
 	   "(and within TOLLFREE_SESSION_TIMEOUT_MS if shorter)")              \
 	XX(session, STOCK, session_stock, UINT, "4",                           \
-	   "Sessions: connection resources (QP, CQ, control QP) a node keeps "  \
+	   "Sessions: connection resources (QP, CQ, control QP) a node keeps " \
 	   "made ahead by a background thread, so that a new connection "      \
 	   "takes them instead of creating them; 0: none")                     \
 	XX(session, QP_CACHE, session_qp_cache, UINT, "16",                    \

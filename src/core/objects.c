@@ -504,10 +504,13 @@ int tf_cq_arm(tf_cq_t *cq)
 }
 
 /*
- * Busy-poll first: a wakeup across cores costs tens of microseconds on the
- * machines we target, more than most operations take.  Then block on the
- * fd, in slices of at most 1 ms so that providers which make progress only
- * inside poll calls still move when no progress thread runs.
+ * Busy-poll first (TOLLFREE_POLL_SPIN_US): a wakeup across cores costs
+ * tens of microseconds on the machines we target, more than most
+ * operations take.  Then arm, look once more, and sleep on the fd for the
+ * rest of the timeout: an armed CQ's fd becomes readable when a completion
+ * arrives, and the providers make the progress that produces one while it
+ * is armed (the soft provider's helper thread), so no timer slices the
+ * sleep.  A provider without an fd is polled every millisecond.
  */
 int tf_cq_wait(tf_cq_t *cq, int n, struct tf_wc *wc, int timeout_ms)
 {
@@ -543,7 +546,14 @@ int tf_cq_wait(tf_cq_t *cq, int n, struct tf_wc *wc, int timeout_ms)
 			ret = tf_cq_poll(cq, n, wc);
 			if (ret)
 				return ret;
-			poll(&pfd, 1, 1);
+			now = tf__now_ns();
+			if (now - start >= limit_ns)
+				return 0;
+			poll(&pfd, 1,
+			     timeout_ms < 0 ? -1
+					    : (int)((limit_ns - (now - start) +
+						     999999) /
+						    1000000));
 		} else {
 			/* No fd: sleep a 1 ms slice between polls. */
 			poll(NULL, 0, 1);

@@ -60,7 +60,6 @@ struct tf_conn *tf__conn_alloc(struct tf_node *node, int fd)
 	}
 	c->node = node;
 	c->fd = fd;
-	c->close_due = -1;
 	return c;
 }
 
@@ -181,9 +180,9 @@ int tf__conn_open(struct tf_conn *c, unsigned ch)
 bool tf__conn_late_close(struct tf_conn *c, unsigned ch,
 			 const struct tf_wire_rx *rx)
 {
-	if (c->close_due != (int)ch || rx->h.op != TF_WIRE_CLOSE)
+	if (!(c->close_due & (1u << ch)) || rx->h.op != TF_WIRE_CLOSE)
 		return false;
-	c->close_due = -1;
+	c->close_due &= ~(1u << ch);
 	return true;
 }
 

@@ -202,7 +202,7 @@ int tf__ctl_tcp_check(struct tf_conn *c)
 	uint8_t b;
 	ssize_t n;
 
-	if (c->close_due == TF_WIRE_CH_SOCK)
+	if (c->close_due & (1u << TF_WIRE_CH_SOCK))
 		return tcp_late_close(c);
 	n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (n == 0)

@@ -1072,7 +1072,7 @@ void tf_session_close(tf_session_t *s)
 	/* The peer's CLOSE of this session is still due: whoever reads the
 	 * connection next consumes it. */
 	if (keep && !s->peer_closed)
-		c->close_due = (int)tf__sess_channel(s);
+		c->close_due |= 1u << tf__sess_channel(s);
 	atomic_fetch_sub(&node->n_sessions, 1);
 	if (s->opened)
 		STAT(node, sessions_closed);

@@ -100,12 +100,13 @@ struct tf_conn {
 	struct tf_sess_keys *keys;
 	struct tf_transcript *ts;
 	struct tf_wire_rx rx;
-	/* One-way close: this side closed its last session before the
-	 * peer's CLOSE came.  That CLOSE is still due on channel close_due
-	 * (-1: none) and is consumed wherever the connection reads next;
-	 * on the socket, while the control QP carries the sessions, into
-	 * sock_rx. */
-	int close_due;
+	/* One-way close: this side closed a session before the peer's
+	 * CLOSE came.  That CLOSE is still due on the channel whose bit is
+	 * set (1 << TF_WIRE_CH_*; the first session's on the socket and a
+	 * later one's on the control QP may both be due) and is consumed
+	 * wherever the connection reads that channel next; on the socket,
+	 * while the control QP carries the sessions, into sock_rx. */
+	unsigned close_due;
 	struct tf_wire_rx sock_rx;
 	struct tf_ctl ctl;
 	/* The memory of this connection's last session, for the next. */

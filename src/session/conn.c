@@ -111,6 +111,11 @@ void tf__conn_destroy(struct tf_conn *c)
 	tf__keys_free(c->keys);
 	tf__transcript_free(c->ts);
 	tf__sess_free_mem(c->spare);
+	/* A kept connection may still carry the CLOSE of its last session
+	 * (close is one-way): let it leave before the QP goes, or the peer
+	 * would see the connection break instead of the session end. */
+	if (c->ctl.ready && !c->broken)
+		tf__ctl_flush(c, 100);
 	tf__ctl_destroy(c);
 	if (c->qp) {
 		if (c->broken)

@@ -212,14 +212,16 @@ enum tf_listener_flags {
 
 typedef struct tf_listener_params {
 	uint64_t field_mask;
-	const char *addr; /* numeric IPv4/IPv6 address; default 127.0.0.1 */
+	const char *addr; /* IPv4/IPv6 address or host name; 127.0.0.1 */
 	uint16_t port;	  /* default 0: ephemeral (see tf_listener_port) */
 	int backlog;	  /* default 128 */
 	uint32_t flags;	  /* enum tf_listener_flags; default 0 */
 } tf_listener_params_t;
 
-/* tf_listener_create - listen for sessions on @node.  -EADDRINUSE,
- * -EINVAL (bad address) or -errno.  Thread-safe. */
+/* tf_listener_create - listen for sessions on @node, on the first address
+ * of params->addr that can be bound (a name is resolved).  -EADDRINUSE,
+ * -EINVAL (empty address), -EHOSTUNREACH (a name that does not resolve)
+ * or -errno.  Thread-safe. */
 int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 		       tf_listener_t **l_p);
 /* tf_listener_destroy - stop listening; kept connections are closed.
@@ -273,12 +275,16 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		       int timeout_ms, tf_session_t **s_p);
 
 /*
- * tf_session_connect - open a session with the listener at @host (numeric
- * IPv4/IPv6) : @port, taking a kept connection to that peer if the node
- * has one.  Returns 0, -TF_EAUTH (the server failed or refused the key
- * proof), -TF_EWIRE/-TF_EVERSION (bad handshake), -ETIMEDOUT,
- * -ECONNREFUSED, -ENOBUFS (the server's pinned-memory bound has no room
- * for the connection) or -errno.  Thread-safe with respect to the node.
+ * tf_session_connect - open a session with the listener at @host : @port,
+ * taking a kept connection to that peer if the node has one.  @host is a
+ * numeric IPv4/IPv6 address or a name, resolved with getaddrinfo() and
+ * its addresses tried in order until one accepts (connections are kept
+ * per address, so a name and its address share them).  Returns 0,
+ * -TF_EAUTH (the server failed or refused the key proof),
+ * -TF_EWIRE/-TF_EVERSION (bad handshake), -ETIMEDOUT, -ECONNREFUSED,
+ * -ENOBUFS (the server's pinned-memory bound has no room for the
+ * connection), -EHOSTUNREACH (@host does not resolve), -EINVAL or -errno.
+ * Thread-safe with respect to the node.
  */
 int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
 		       const tf_session_params_t *params, tf_session_t **s_p);

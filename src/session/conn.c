@@ -242,41 +242,111 @@ struct tf_conn *tf__node_take(struct tf_node *node,
 
 /* ------------------------------------------------------------ addresses */
 
-int tf__sess_resolve(const char *host, uint16_t port,
-		     struct sockaddr_storage *sa, socklen_t *len_p)
+/* Errors of getaddrinfo as ours: a name that does not resolve (unknown,
+ * or the resolver cannot be reached) is a host we cannot reach. */
+static int gai_errno(int r)
 {
+	switch (r) {
+	case EAI_MEMORY:
+		return -ENOMEM;
+	case EAI_SYSTEM:
+		return errno ? -errno : -EHOSTUNREACH;
+	case EAI_NONAME:
+	case EAI_AGAIN:
+	case EAI_FAIL:
+#ifdef EAI_NODATA
+	case EAI_NODATA:
+#endif
+#ifdef EAI_ADDRFAMILY
+	case EAI_ADDRFAMILY:
+#endif
+		return -EHOSTUNREACH;
+	default:
+		return -EINVAL;
+	}
+}
+
+static void addrs_add(struct tf_sess_addrs *out, const struct sockaddr *sa,
+		      socklen_t len)
+{
+	struct tf_sess_addr *a;
+
+	if (out->n == TF_SESS_ADDRS_MAX || len > sizeof(a->sa))
+		return;
+	/* A name may list an address twice (hosts file and DNS). */
+	for (int i = 0; i < out->n; i++)
+		if (out->a[i].len == len && !memcmp(&out->a[i].sa, sa, len))
+			return;
+	a = &out->a[out->n++];
+	memset(&a->sa, 0, sizeof(a->sa));
+	memcpy(&a->sa, sa, len);
+	a->len = len;
+}
+
+int tf__sess_resolve(const char *host, uint16_t port, struct tf_sess_addrs *out)
+{
+	/* Every address of the name, in getaddrinfo's order (RFC 6724:
+	 * "localhost" usually gives ::1, then 127.0.0.1); the caller tries
+	 * them in turn. */
 	struct addrinfo hints = {.ai_family = AF_UNSPEC,
 				 .ai_socktype = SOCK_STREAM,
-				 .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
-	struct sockaddr_in *sin = (struct sockaddr_in *)sa;
-	struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)sa;
-	struct addrinfo *res;
+				 .ai_flags = AI_NUMERICSERV};
+	struct sockaddr_in sin = {.sin_family = AF_INET};
+	struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6};
+	struct addrinfo *res, *ai;
 	char ps[8];
 	int r;
 
+	out->n = 0;
+	if (!*host) {
+		tf_log_error(S, "empty host name");
+		return -EINVAL;
+	}
 	/* Plain numeric addresses without getaddrinfo (a few microseconds,
-	 * on every tf_session_connect); scoped IPv6 addresses take it. */
-	memset(sa, 0, sizeof(*sa));
-	if (inet_pton(AF_INET, host, &sin->sin_addr) == 1) {
-		sin->sin_family = AF_INET;
-		sin->sin_port = htons(port);
-		*len_p = sizeof(*sin);
+	 * on every tf_session_connect); scoped IPv6 addresses and names
+	 * take it. */
+	if (inet_pton(AF_INET, host, &sin.sin_addr) == 1) {
+		sin.sin_port = htons(port);
+		addrs_add(out, (struct sockaddr *)&sin, sizeof(sin));
 		return 0;
 	}
-	if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
-		sin6->sin6_family = AF_INET6;
-		sin6->sin6_port = htons(port);
-		*len_p = sizeof(*sin6);
+	if (inet_pton(AF_INET6, host, &sin6.sin6_addr) == 1) {
+		sin6.sin6_port = htons(port);
+		addrs_add(out, (struct sockaddr *)&sin6, sizeof(sin6));
 		return 0;
 	}
 	snprintf(ps, sizeof(ps), "%u", port);
 	r = getaddrinfo(host, ps, &hints, &res);
 	if (r) {
-		tf_log_error(S, "bad address %s: %s", host, gai_strerror(r));
-		return -EINVAL;
+		int err = gai_errno(r);
+
+		tf_log_error(S, "cannot resolve '%s': %s", host,
+			     r == EAI_SYSTEM ? tf_strerror(err)
+					     : gai_strerror(r));
+		return err;
 	}
-	memcpy(sa, res->ai_addr, res->ai_addrlen);
-	*len_p = res->ai_addrlen;
+	for (ai = res; ai; ai = ai->ai_next)
+		if (ai->ai_family == AF_INET || ai->ai_family == AF_INET6)
+			addrs_add(out, ai->ai_addr, ai->ai_addrlen);
 	freeaddrinfo(res);
+	if (!out->n) {
+		tf_log_error(S, "cannot resolve '%s': no IPv4 or IPv6 address",
+			     host);
+		return -EHOSTUNREACH;
+	}
 	return 0;
+}
+
+const char *tf__sess_addr_str(const struct tf_sess_addr *a, char *buf,
+			      size_t len)
+{
+	const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)&a->sa;
+	const struct sockaddr_in *s4 = (const struct sockaddr_in *)&a->sa;
+	const void *p = a->sa.ss_family == AF_INET6
+				? (const void *)&s6->sin6_addr
+				: (const void *)&s4->sin_addr;
+
+	if (!inet_ntop(a->sa.ss_family, p, buf, (socklen_t)len))
+		snprintf(buf, len, "?");
+	return buf;
 }

@@ -24,22 +24,21 @@
 #define STAT(_n, _f) \
 	atomic_fetch_add_explicit(&(_n)->_f, 1, memory_order_relaxed)
 
-static int connect_tcp(struct tf_node *node, const struct sockaddr_storage *sa,
-		       socklen_t sl, int *fd_p)
+/* A TCP connection to @a within the node timeout: 0 or -errno (not
+ * logged: the caller may try the host's next address). */
+static int connect_tcp(struct tf_node *node, const struct tf_sess_addr *a,
+		       int *fd_p)
 {
 	struct pollfd pfd;
 	socklen_t el = sizeof(int);
 	int fd, err = 0, r;
 
-	fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+	fd = socket(a->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
 		    0);
-	if (fd < 0) {
-		err = -errno;
-		tf_log_error(S, "socket: %m");
-		return err;
-	}
+	if (fd < 0)
+		return -errno;
 	tf__conn_sock_opts(fd);
-	if (connect(fd, (const struct sockaddr *)sa, sl) &&
+	if (connect(fd, (const struct sockaddr *)&a->sa, a->len) &&
 	    errno != EINPROGRESS) {
 		err = -errno;
 		goto err_close;
@@ -263,10 +262,50 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 	return 0;
 }
 
-static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
-		       socklen_t sl, const tf_session_params_t *params,
-		       bool no_reuse, struct tf_session **s_p)
+/*
+ * Connect to the first address of @host that accepts, in the resolver's
+ * order; *@i_p receives its index.  A host name may have several
+ * addresses (localhost: ::1 and 127.0.0.1) and the listener may be on
+ * one only, so only the last failure is worth a warning.
+ */
+static int connect_first(struct tf_node *node, const char *host, uint16_t port,
+			 const struct tf_sess_addrs *addrs, int *i_p, int *fd_p)
 {
+	char as[INET6_ADDRSTRLEN];
+	int ret = -EHOSTUNREACH;
+
+	for (int i = 0; i < addrs->n; i++) {
+		ret = connect_tcp(node, &addrs->a[i], fd_p);
+		if (!ret) {
+			*i_p = i;
+			return 0;
+		}
+		tf__sess_addr_str(&addrs->a[i], as, sizeof(as));
+		if (i + 1 < addrs->n)
+			tf_log_debug(S,
+				     "cannot connect to %s (%s) port %u: %s; "
+				     "trying its next address",
+				     host, as, port, tf_strerror(ret));
+		else if (!strcmp(host, as))
+			tf_log_warn(S,
+				    "cannot connect to the listener at %s "
+				    "port %u: %s",
+				    host, port, tf_strerror(ret));
+		else
+			tf_log_warn(S,
+				    "cannot connect to the listener at %s "
+				    "(%s) port %u: %s",
+				    host, as, port, tf_strerror(ret));
+	}
+	return ret;
+}
+
+static int connect_new(struct tf_node *node, const char *host, uint16_t port,
+		       const struct tf_sess_addrs *addrs,
+		       const tf_session_params_t *params, bool no_reuse,
+		       struct tf_session **s_p)
+{
+	const struct tf_sess_addr *a;
 	uint8_t blob[TF_QP_ADDR_MAX], ctl[TF_QP_ADDR_MAX];
 	size_t blob_len = sizeof(blob), ctl_len = 0;
 	bool auth = node->psk_len != 0;
@@ -274,21 +313,21 @@ static int connect_new(struct tf_node *node, const struct sockaddr_storage *sa,
 	struct tf_wire_msg m;
 	struct tf_session *s;
 	struct tf_conn *c;
-	int fd = -1, ret;
+	int fd = -1, i = 0, ret;
 
-	ret = connect_tcp(node, sa, sl, &fd);
-	if (ret) {
-		tf_log_warn(S, "cannot connect to the listener: %s",
-			    tf_strerror(ret));
+	ret = connect_first(node, host, port, addrs, &i, &fd);
+	if (ret)
 		return ret;
-	}
+	a = &addrs->a[i];
 	c = tf__conn_alloc(node, fd);
 	if (!c) {
 		close(fd);
 		return -ENOMEM;
 	}
-	memcpy(&c->peer, sa, sl);
-	c->peer_len = sl;
+	/* Kept under the address that answered: the next session to any
+	 * name of that address finds it (tf__node_take). */
+	memcpy(&c->peer, &a->sa, sizeof(c->peer));
+	c->peer_len = a->len;
 	c->hs = TF_CONN_BUSY;
 	ret = tf__random(c->nonce_c, TF_WIRE_NONCE);
 	if (!ret && auth)
@@ -370,10 +409,9 @@ int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
 	bool no_reuse = params &&
 			(params->field_mask & TF_SESSION_PARAM_FLAGS) &&
 			(params->flags & TF_SESSION_NO_REUSE);
-	struct sockaddr_storage sa;
+	struct tf_sess_addrs addrs;
 	struct tf_session *s;
 	struct tf_conn *c;
-	socklen_t sl;
 	int ret;
 
 	if (!node || !host || !s_p)
@@ -385,25 +423,32 @@ int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
 	if (params && (params->field_mask & TF_SESSION_PARAM_QP) &&
 	    (!params->max_send_wr || !params->max_recv_wr))
 		return -EINVAL;
-	ret = tf__sess_resolve(host, port, &sa, &sl);
-	if (ret)
-		return ret;
-	memset((char *)&sa + sl, 0, sizeof(sa) - sl);
-	/* A kept connection that fails to open (the server dropped it) is
-	 * destroyed and the next one, or a new one, is tried. */
-	while (!no_reuse && (c = tf__node_take(node, &sa, sl)) != NULL) {
-		bool refused;
-
-		ret = connect_reused(node, c, params, &s, &refused);
-		if (!ret)
-			goto out;
-		if (refused) {
+	ret = tf__sess_resolve(host, port, &addrs);
+	if (ret) {
+		if (ret != -EINVAL)
 			STAT(node, connect_failures);
-			return ret;
-		}
-		tf_log_debug(S, "kept connection failed: %s", tf_strerror(ret));
+		return ret;
 	}
-	ret = connect_new(node, &sa, sl, params, no_reuse, &s);
+	/* A kept connection to any address of the host, in the order a new
+	 * one would try them.  One that fails to open (the server dropped
+	 * it) is destroyed and the next one, or a new one, is tried. */
+	for (int i = 0; !no_reuse && i < addrs.n; i++) {
+		while ((c = tf__node_take(node, &addrs.a[i].sa,
+					  addrs.a[i].len)) != NULL) {
+			bool refused;
+
+			ret = connect_reused(node, c, params, &s, &refused);
+			if (!ret)
+				goto out;
+			if (refused) {
+				STAT(node, connect_failures);
+				return ret;
+			}
+			tf_log_debug(S, "kept connection failed: %s",
+				     tf_strerror(ret));
+		}
+	}
+	ret = connect_new(node, host, port, &addrs, params, no_reuse, &s);
 	if (ret) {
 		STAT(node, connect_failures);
 		return ret;

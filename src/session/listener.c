@@ -37,6 +37,26 @@
 #define EV_KICK ((uint64_t)2)
 #define EV_CQ	((uint64_t)1)
 
+/* A listening socket on @a, in *@fd_p: 0 or -errno. */
+static int listen_on(const struct tf_sess_addr *a, int backlog, int *fd_p)
+{
+	int fd, one = 1, ret;
+
+	fd = socket(a->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (const struct sockaddr *)&a->sa, a->len) ||
+	    listen(fd, backlog)) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	*fd_p = fd;
+	return 0;
+}
+
 int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 		       tf_listener_t **l_p)
 {
@@ -48,14 +68,15 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 	int backlog = (fm & TF_LISTENER_PARAM_BACKLOG) ? params->backlog : 128;
 	uint32_t flags = (fm & TF_LISTENER_PARAM_FLAGS) ? params->flags : 0;
 	struct epoll_event ev = {.events = EPOLLIN};
+	struct tf_sess_addrs addrs;
 	struct sockaddr_storage sa;
 	socklen_t sl;
 	struct tf_listener *l;
-	int one = 1, ret;
+	int ret;
 
 	if (!node || !l_p || backlog <= 0 || (flags & ~TF_LISTENER_BUSY_POLL))
 		return -EINVAL;
-	ret = tf__sess_resolve(addr, port, &sa, &sl);
+	ret = tf__sess_resolve(addr, port, &addrs);
 	if (ret)
 		return ret;
 	l = tf__calloc(1, sizeof(*l));
@@ -74,20 +95,26 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 		return -EINVAL;
 	}
 	tf__conn_list_init(&l->conns);
-	l->lfd = socket(sa.ss_family,
-			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (l->lfd < 0) {
-		ret = -errno;
-		tf_log_error(S, "socket: %m");
+	/* A name may have several addresses (localhost: ::1 and 127.0.0.1,
+	 * where the host may lack IPv6): listen on the first that works. */
+	for (int i = 0; i < addrs.n; i++) {
+		ret = listen_on(&addrs.a[i], backlog, &l->lfd);
+		if (!ret)
+			break;
+		if (i + 1 < addrs.n) {
+			char as[INET6_ADDRSTRLEN];
+
+			tf_log_debug(
+				S, "cannot listen on %s (%s) port %u: %s", addr,
+				tf__sess_addr_str(&addrs.a[i], as, sizeof(as)),
+				port, tf_strerror(ret));
+		} else {
+			tf_log_error(S, "cannot listen on %s port %u: %s", addr,
+				     port, tf_strerror(ret));
+		}
+	}
+	if (ret)
 		goto err_free;
-	}
-	setsockopt(l->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(l->lfd, (struct sockaddr *)&sa, sl) ||
-	    listen(l->lfd, backlog)) {
-		ret = -errno;
-		tf_log_error(S, "cannot listen on %s port %u: %m", addr, port);
-		goto err_close;
-	}
 	sl = sizeof(sa);
 	getsockname(l->lfd, (struct sockaddr *)&sa, &sl);
 	l->port = ntohs(sa.ss_family == AF_INET6

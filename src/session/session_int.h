@@ -257,9 +257,23 @@ void tf__conn_sock_opts(int fd);
 /* Take a kept connection to the peer at @sa (client), or NULL. */
 struct tf_conn *tf__node_take(struct tf_node *node,
 			      const struct sockaddr_storage *sa, socklen_t len);
-/* A numeric or named IPv4/IPv6 address: 0 or -EINVAL (logged). */
+/* The addresses of one host, in the order to try them. */
+#define TF_SESS_ADDRS_MAX 8
+struct tf_sess_addrs {
+	int n;
+	struct tf_sess_addr {
+		struct sockaddr_storage sa; /* zeroed past len */
+		socklen_t len;
+	} a[TF_SESS_ADDRS_MAX];
+};
+/* Resolve a numeric IPv4/IPv6 address or a host name (getaddrinfo) with
+ * @port into @out (at least one address).  0, -EINVAL (empty or bad
+ * host), -EHOSTUNREACH (the name does not resolve), -ENOMEM; logged. */
 int tf__sess_resolve(const char *host, uint16_t port,
-		     struct sockaddr_storage *sa, socklen_t *len_p);
+		     struct tf_sess_addrs *out);
+/* @a as text ("127.0.0.1", "::1") into @buf, for messages. */
+const char *tf__sess_addr_str(const struct tf_sess_addr *a, char *buf,
+			      size_t len);
 /* Send the finished message @m on channel @ch of @c: sealed if the
  * connection is authenticated (with the transcript while the handshake
  * runs), then on the socket or the control QP.  0 or -errno. */

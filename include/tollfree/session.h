@@ -88,12 +88,16 @@ typedef struct tf_session tf_session_t;
 
 /* Registration strategies (TOLLFREE_REG_MODE). */
 enum tf_reg_mode {
-	TF_REG_AUTO = 0,   /* pool copy up to the crossover, cache above */
+	TF_REG_AUTO = 0,   /* pool copy up to the crossover (fixed, 64 KiB
+			    * by default), cache above */
 	TF_REG_POOL = 1,   /* always copy into pool slices (cache if larger
 			    * than the largest slice) */
 	TF_REG_CACHE = 2,  /* registration cache */
 	TF_REG_DIRECT = 3, /* a registration per attach, released at close */
 };
+
+/* tf_node_params_t.crossover: measure it when the node is created. */
+#define TF_REG_CROSSOVER_MEASURE ((size_t)-1)
 
 enum tf_node_params_field {
 	TF_NODE_PARAM_PSK = 1u << 0,
@@ -113,8 +117,11 @@ typedef struct tf_node_params {
 	 * even if TOLLFREE_SESSION_PSK is set. */
 	const void *psk;
 	size_t psk_len;
-	int reg_mode;	   /* enum tf_reg_mode */
-	size_t crossover;  /* bytes; 0: measure at create */
+	int reg_mode; /* enum tf_reg_mode */
+	/* Bytes up to which TF_REG_AUTO copies; 0: the configuration
+	 * (TOLLFREE_REG_CROSSOVER, 64 KiB by default);
+	 * TF_REG_CROSSOVER_MEASURE: measured at create (varies by run). */
+	size_t crossover;
 	unsigned qp_cache; /* idle connections kept; 0: no reuse */
 	int timeout_ms;	   /* each bootstrap read, revocation, close */
 	int use_mw;	   /* 0: dedicated registrations, never windows */
@@ -123,7 +130,7 @@ typedef struct tf_node_params {
 
 /*
  * tf_node_create - create a node on @ctx: a PD, a pool and a registration
- * cache; measures the copy/registration crossover unless configured.
+ * cache; measures the copy/registration crossover only if asked to.
  * Returns 0, -EINVAL (bad params, unreadable key file), -ENOMEM or a
  * provider error.  Thread-safe.
  */
@@ -162,7 +169,8 @@ typedef struct tf_node_stats {
 	uint64_t attach_direct;	     /* attaches with their own MR */
 	uint64_t copy_bytes;	     /* bytes copied in and out of slices */
 	uint64_t slices_rented;	     /* slices held by live sessions */
-	uint64_t crossover;	     /* bytes: auto copies up to this */
+	uint64_t crossover;	     /* bytes: auto copies up to this
+				      * (configured or measured) */
 	int reg_mode;		     /* enum tf_reg_mode in effect */
 	int use_mw;		     /* 1 if exposures use memory windows */
 	int auth;		     /* 1 if a pre-shared key is configured */
@@ -302,17 +310,23 @@ int tf_session_establish(tf_session_t *s);
  */
 int tf_session_rent(tf_session_t *s, size_t len, int *buf_p, void **addr_p);
 
+/* Which way a pool copy copies (a buffer used in place ignores them). */
 enum tf_attach_flags {
-	TF_ATTACH_IN = 1u << 0,	 /* pool copy: copy the buffer in at attach */
-	TF_ATTACH_OUT = 1u << 1, /* pool copy: copy it back at detach/close */
+	TF_ATTACH_IN = 1u << 0,	 /* copy the buffer in at attach: data to
+				  * send, write or expose for reading */
+	TF_ATTACH_OUT = 1u << 1, /* copy it back at close: data received,
+				  * read or written by the peer */
+	TF_ATTACH_INOUT = TF_ATTACH_IN | TF_ATTACH_OUT,
 };
 
 /*
  * tf_session_attach - make the user buffer [@addr, @addr + @len) usable by
  * this session, by the node's strategy (enum tf_reg_mode): a copy into a
- * pool slice (flags say which way data is copied), the registration
- * cache, or a dedicated registration.  *@buf_p receives the index.
- * Returns 0, -EINVAL, -ENOSPC, or a registration/pool error.
+ * pool slice (@flags say which way data is copied; 0 means
+ * TF_ATTACH_INOUT), the registration cache, or a dedicated registration.
+ * TF_REG_AUTO copies up to the node's crossover (tf_node_stats_t), the
+ * same size in every run unless the node measures it.  *@buf_p receives
+ * the index.  Returns 0, -EINVAL, -ENOSPC, or a registration/pool error.
  */
 int tf_session_attach(tf_session_t *s, void *addr, size_t len, unsigned flags,
 		      int *buf_p);

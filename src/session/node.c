@@ -115,7 +115,9 @@ static int parse_reg_mode(const char *s)
  * machine: the bytes memcpy moves in the time of one registration of a
  * 64 KiB buffer.  Below that size a copy into a pre-registered slice is
  * cheaper than a cache miss.  The minimum of a few runs discards noise
- * from other processes.
+ * from other processes, not all of it: only on request (see
+ * crossover_from_config), since the same attach must not be a copy in one
+ * run and in place in the next.
  */
 static size_t measure_crossover(struct tf_node *node, size_t max_slice)
 {
@@ -156,6 +158,41 @@ out:
 	if (x > max_slice)
 		x = max_slice;
 	return x;
+}
+
+/*
+ * The crossover of TF_REG_AUTO from TOLLFREE_REG_CROSSOVER: a size, or
+ * "measure" (also "0", its meaning before a fixed default existed) for
+ * measure_crossover(); 0 in *@x_p then.
+ *
+ * Why 64 KiB by default: with the soft provider a registration costs
+ * about 18.7, 25.9 and 113 us at 4 KiB, 64 KiB and 1 MiB (tollfree-bench
+ * reg), and on a NIC 7-40 us per 4 KiB page; memcpy moves 45-100 GB/s
+ * within the caches and about 10 GB/s from DRAM.  At 64 KiB, a copy in
+ * and back out of cold memory (about 13 us) stays under half of the
+ * registration miss it replaces, and costs a buffer that the cache would
+ * have hit (well under 1 us) no more than that.  Above it a copy grows
+ * with the size on every attach while a cached registration is paid once
+ * per buffer: the measured "crossover" (676 KiB to 1 MiB here) assumes
+ * every attach misses.
+ */
+static int crossover_from_config(const char *v, size_t *x_p)
+{
+	uint64_t u;
+
+	if (!strcmp(v, "measure") || !strcmp(v, "0")) {
+		*x_p = 0;
+		return 0;
+	}
+	if (tf__config_parse_size(v, &u) || u > SIZE_MAX) {
+		tf_log_error(S,
+			     "TOLLFREE_REG_CROSSOVER=%s is neither a size nor "
+			     "\"measure\"",
+			     v);
+		return -EINVAL;
+	}
+	*x_p = (size_t)u;
+	return 0;
 }
 
 int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
@@ -206,6 +243,14 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 		ret = -EINVAL;
 		goto err_free;
 	}
+	/* 0 until measured below. */
+	if ((fm & TF_NODE_PARAM_CROSSOVER) && params->crossover)
+		node->crossover = params->crossover == TF_REG_CROSSOVER_MEASURE
+					  ? 0
+					  : params->crossover;
+	else if ((ret = crossover_from_config(cfg->reg_crossover,
+					      &node->crossover)))
+		goto err_free;
 	node->qp_cache = (fm & TF_NODE_PARAM_QP_CACHE)
 				 ? params->qp_cache
 				 : (unsigned)cfg->session_qp_cache;
@@ -245,12 +290,12 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 	if ((fm & TF_NODE_PARAM_POOL) && params->pool &&
 	    (params->pool->field_mask & TF_POOL_PARAM_MAX_SIZE))
 		max_slice = params->pool->max_size;
-	if ((fm & TF_NODE_PARAM_CROSSOVER) && params->crossover)
-		node->crossover = params->crossover;
-	else if (cfg->reg_crossover)
-		node->crossover = cfg->reg_crossover;
-	else
+	if (!node->crossover) {
 		node->crossover = measure_crossover(node, max_slice);
+		tf_log_info(S,
+			    "copy/registration crossover measured: %zu bytes",
+			    node->crossover);
+	}
 	if (node->crossover > max_slice)
 		node->crossover = max_slice;
 	tf_log_debug(S, "node: reg mode %d, crossover %zu, %s, auth %s",

@@ -386,9 +386,24 @@ int tf_session_fetch_add(tf_session_t *s, int buf, size_t loff, int exp,
 int tf_session_cmp_swap(tf_session_t *s, int buf, size_t loff, int exp,
 			uint64_t roff, uint64_t compare, uint64_t swap,
 			uint64_t wr_id);
+/*
+ * tf_session_write_imm - a WRITE (as tf_session_write, but @len may be 0)
+ * that also delivers the 32-bit @imm to the peer: it consumes one of the
+ * peer's posted receives, whose completion has opcode
+ * TF_WC_RECV_RDMA_WITH_IMM, TF_WC_WITH_IMM in flags, @imm in imm_data
+ * (host byte order) and @len in byte_len, once the data is in place.
+ * Without a posted receive the peer's QP fails (receiver not ready).
+ */
+int tf_session_write_imm(tf_session_t *s, int buf, size_t loff, int exp,
+			 uint64_t roff, uint32_t len, uint32_t imm,
+			 uint64_t wr_id);
 /* Two-sided: SEND from / post a RECV into buffer @buf. */
 int tf_session_send(tf_session_t *s, int buf, size_t off, uint32_t len,
 		    uint64_t wr_id);
+/* tf_session_send_imm - a SEND whose receive completion also carries
+ * @imm (TF_WC_RECV, TF_WC_WITH_IMM in flags, imm_data). */
+int tf_session_send_imm(tf_session_t *s, int buf, size_t off, uint32_t len,
+			uint32_t imm, uint64_t wr_id);
 int tf_session_recv(tf_session_t *s, int buf, size_t off, uint32_t len,
 		    uint64_t wr_id);
 

@@ -33,7 +33,7 @@ static int get(tf_node_t *node, const char *host, uint16_t port,
 	ret = tf_session_connect(node, host, port, &sp, &s);
 	if (ret)
 		return ret;
-	if (tf_session_peer_exposures(s) < 1) {
+	if (tf_session_peer_count(s) < 1) {
 		printf("%s: not found\n", key);
 		ret = 3;
 		goto out;

@@ -355,8 +355,11 @@ typedef struct tf_exposure_info {
 	uint32_t rights; /* TF_ACCESS_REMOTE_* */
 } tf_exposure_info_t;
 
-/* tf_session_peer_exposures - how many exposures the peer made so far
- * (processes pending control messages). */
+/* tf_session_peer_count - how many exposures the peer made so far
+ * (processes pending control messages); tf_session_peer_exposures is
+ * the same call under its older name.  Each is described by
+ * tf_session_peer_exposure(). */
+int tf_session_peer_count(tf_session_t *s);
 int tf_session_peer_exposures(tf_session_t *s);
 /* tf_session_wait_peer - wait up to @timeout_ms until the peer made at
  * least @n exposures.  0, -ETIMEDOUT, -ECONNRESET (peer gone). */
@@ -413,8 +416,13 @@ int tf_session_recv(tf_session_t *s, int buf, size_t off, uint32_t len,
  * Returns the number reaped, or -errno.  Never blocks.
  */
 int tf_session_poll(tf_session_t *s, int n, struct tf_wc *wc);
-/* tf_session_wait - as poll, waiting up to @timeout_ms for one; returns 0
- * early when the peer closes or the session breaks meanwhile. */
+/*
+ * tf_session_wait - as poll, waiting up to @timeout_ms for one; returns 0
+ * early when the peer closes or the session breaks meanwhile.  0 means
+ * that nothing was reaped, either way: tf_session_state() tells a timeout
+ * (still TF_SESSION_OPEN) from the end of the session
+ * (TF_SESSION_PEER_CLOSED, TF_SESSION_BROKEN).
+ */
 int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms);
 
 enum tf_session_state {

@@ -1130,3 +1130,12 @@ void tf_session_close(tf_session_t *s)
 		tf__conn_destroy(c);
 	}
 }
+
+/* ------------------------------------------------------------ aliases */
+
+/* The clearer name of tf_session_peer_exposures (one letter away from
+ * tf_session_peer_exposure, which describes one exposure). */
+int tf_session_peer_count(tf_session_t *s)
+{
+	return tf_session_peer_exposures(s);
+}

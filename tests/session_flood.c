@@ -107,7 +107,8 @@ static void client(struct tf_pair *p)
 	struct tf_wire_rx rx = {0};
 	struct tf_wire_msg m;
 	uint8_t nonce[TF_WIRE_NONCE] = {0};
-	int fd, err;
+	struct tf_wire_reject rej;
+	int fd;
 
 	raise_nofile();
 	/* 1. Silent connections from another address. */
@@ -141,8 +142,8 @@ static void client(struct tf_pair *p)
 	fd = dial_from("127.0.0.3", port);
 	tf__wire_rx_reset(&rx);
 	CHECK(tf__wire_recv(fd, &rx, 4 * tf_test_timeout_ms()) == 1);
-	CHECK_OK(tf__wire_parse_reject(&rx, &err));
-	CHECKF(err == -EBUSY, "refusal %s", tf_strerror(err));
+	CHECK_OK(tf__wire_parse_reject(&rx, &rej));
+	CHECKF(rej.err == -EBUSY, "refusal %s", tf_strerror(rej.err));
 	close(fd);
 	legit(node, port, "32 stalled from 127.0.0.3");
 	for (int i = 0; i < 32; i++)

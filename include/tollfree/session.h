@@ -288,7 +288,9 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
  * numeric IPv4/IPv6 address or a name, resolved with getaddrinfo() and
  * its addresses tried in order until one accepts (connections are kept
  * per address, so a name and its address share them).  Returns 0,
- * -TF_EAUTH (the server failed or refused the key proof),
+ * -TF_EAUTH (the server failed or refused the key proof), -TF_EPEER (the
+ * server could not connect its QP to ours: providers or soft transports
+ * differ; the log names both sides'),
  * -TF_EWIRE/-TF_EVERSION (bad handshake), -ETIMEDOUT, -ECONNREFUSED,
  * -ENOBUFS (the server's pinned-memory bound has no room for the
  * connection), -EHOSTUNREACH (@host does not resolve), -EINVAL or -errno.

@@ -68,14 +68,45 @@ err_close:
  * other message. */
 static int server_refused(struct tf_conn *c)
 {
-	int err;
+	struct tf_wire_reject rej;
+	tf_caps_t caps;
 
 	if (c->rx.h.op != TF_WIRE_REJECT)
 		return 0;
-	if (tf__wire_parse_reject(&c->rx, &err))
-		err = -TF_EWIRE;
-	tf_log_warn(S, "server refused the session: %s", tf_strerror(err));
-	return err;
+	if (tf__wire_parse_reject(&c->rx, &rej))
+		rej.err = -TF_EWIRE;
+	if (rej.err != -TF_EPEER ||
+	    tf_context_query_caps(c->node->ctx, &caps)) {
+		tf_log_warn(S, "server refused the session: %s",
+			    tf_strerror(rej.err));
+		return rej.err;
+	}
+	/* The server's provider refused our QP address: "does not match
+	 * this provider" speaks of the server's side, and only its log
+	 * says more.  Say what each side runs, where the server said. */
+	if (rej.provider[0])
+		tf_log_warn(S,
+			    "server refused the session: it could not "
+			    "connect its queue pair to this side's (server: "
+			    "provider %s, transport %s; this side: provider "
+			    "%s, transport %s): %s",
+			    rej.provider, rej.transport, caps.provider,
+			    caps.transport,
+			    strcmp(rej.provider, caps.provider)
+				    ? "the providers differ"
+				    : "no transport in common, or this "
+				      "side's address is unreachable from "
+				      "the server");
+	else
+		tf_log_warn(S,
+			    "server refused the session: it could not "
+			    "connect its queue pair to this side's (this "
+			    "side: provider %s, transport %s): different "
+			    "providers, no transport in common, or an "
+			    "address the server cannot reach (its log says "
+			    "which)",
+			    caps.provider, caps.transport);
+	return rej.err;
 }
 
 /* Receive the server's answer to OPEN: ACCEPT (into @s) or REJECT. */

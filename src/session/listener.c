@@ -304,9 +304,14 @@ static void send_reject(struct tf_conn *c, int err)
 {
 	bool on_ctl = c->hs == TF_CONN_IDLE && c->ctl.ready;
 	struct tf_wire_msg m;
+	tf_caps_t caps;
 
-	tf__wire_init(&m, TF_WIRE_REJECT);
-	tf__wire_put_u32(&m, (uint32_t)(err < 0 ? -err : err));
+	/* Our QP could not connect to the client's: only our log says why
+	 * (no common transport, say), so tell the client what we run. */
+	if (err == -TF_EPEER && !tf_context_query_caps(c->node->ctx, &caps))
+		tf__wire_put_reject(&m, err, caps.provider, caps.transport);
+	else
+		tf__wire_put_reject(&m, err, NULL, NULL);
 	if (tf__wire_finish(&m))
 		return;
 	/* A kept connection's client waits for the answer on the control

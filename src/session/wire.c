@@ -527,11 +527,48 @@ int tf__wire_parse_accept(const struct tf_wire_rx *rx, struct tf_wire_accept *m)
 	return 0;
 }
 
-int tf__wire_parse_reject(const struct tf_wire_rx *rx, int *err_p)
+static void put_name(struct tf_wire_msg *m, const char *s)
+{
+	size_t n = strnlen(s, TF_WIRE_NAME_MAX - 1);
+
+	tf__wire_put_u8(m, (uint8_t)n);
+	tf__wire_put_bytes(m, s, n);
+}
+
+void tf__wire_put_reject(struct tf_wire_msg *m, int err, const char *provider,
+			 const char *transport)
+{
+	tf__wire_init(m, TF_WIRE_REJECT);
+	tf__wire_put_u32(m, (uint32_t)(err < 0 ? -err : err));
+	if ((err == -TF_EPEER || err == TF_EPEER) && provider && transport) {
+		put_name(m, provider);
+		put_name(m, transport);
+	}
+}
+
+/* A name of the REJECT's detail: printable, shorter than
+ * TF_WIRE_NAME_MAX; false if not. */
+static bool get_name(struct tf_wire_cur *cur, char *out)
+{
+	uint8_t n = tf__wire_get_u8(cur);
+	const uint8_t *p = tf__wire_get_bytes(cur, n);
+
+	if (cur->bad || n >= TF_WIRE_NAME_MAX)
+		return false;
+	for (uint8_t i = 0; i < n; i++)
+		if (p[i] < 0x20 || p[i] > 0x7e)
+			return false;
+	memcpy(out, p, n);
+	out[n] = 0;
+	return true;
+}
+
+int tf__wire_parse_reject(const struct tf_wire_rx *rx, struct tf_wire_reject *m)
 {
 	struct tf_wire_cur cur;
 	uint32_t err;
 
+	memset(m, 0, sizeof(*m));
 	if (!parse_start(rx, TF_WIRE_REJECT, &cur))
 		return -TF_EWIRE;
 	/* errno values and the library's own codes are all below 4096. */
@@ -541,7 +578,14 @@ int tf__wire_parse_reject(const struct tf_wire_rx *rx, int *err_p)
 			     rx->h.size, err);
 		return -TF_EWIRE;
 	}
-	*err_p = -(int)err;
+	m->err = -(int)err;
+	/* The detail only helps the message: without it, or malformed, the
+	 * refusal stands as it is. */
+	if (m->err == -TF_EPEER && cur.left &&
+	    (!get_name(&cur, m->provider) || !get_name(&cur, m->transport))) {
+		tf_log_debug("session", "REJECT: malformed detail ignored");
+		m->provider[0] = m->transport[0] = 0;
+	}
 	return 0;
 }
 

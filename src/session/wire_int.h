@@ -32,7 +32,13 @@
  *                   priv, u16 ctl_len, ctl_blob (its control QP, or 0)
  *   S->C ACCEPT     u32 conn_id, u16 blob_len, blob, u16 ctl_len,
  *                   ctl_blob (0: none), u16 n, n * exposure
- *     or REJECT     i32 error (a TF_E* or errno value, positive)
+ *     or REJECT     i32 error (a TF_E* or errno value, positive); for
+ *                   TF_EPEER (the server could not connect its QP to
+ *                   the client's) also u8 len, provider, u8 len,
+ *                   transport: the server's tf_caps_t names, up to 15
+ *                   bytes each, so that the client can say why.  A
+ *                   parser ignores bytes after the error it does not
+ *                   expect.
  *
  * With a pre-shared key: two round trips, and no QP address or key goes
  * to a peer before it proved the key:
@@ -291,9 +297,24 @@ int tf__wire_parse_challenge(const struct tf_wire_rx *rx,
 int tf__wire_parse_open(const struct tf_wire_rx *rx, struct tf_wire_open *m);
 int tf__wire_parse_accept(const struct tf_wire_rx *rx,
 			  struct tf_wire_accept *m);
-/* *@err_p: the error the peer reports, negative (-4096..-1).  A malformed
- * REJECT is logged at debug level only: the caller reports the refusal. */
-int tf__wire_parse_reject(const struct tf_wire_rx *rx, int *err_p);
+/* A REJECT: the error the peer reports, negative (-4096..-1), and for
+ * -TF_EPEER the server's provider and transport if it sent them (else
+ * empty strings; a malformed detail is ignored). */
+#define TF_WIRE_NAME_MAX 16 /* with its NUL, as tf_caps_t's names */
+struct tf_wire_reject {
+	int err;
+	char provider[TF_WIRE_NAME_MAX];
+	char transport[TF_WIRE_NAME_MAX];
+};
+
+/* A REJECT with @err (negative or positive); @provider and @transport
+ * (NULL: none) follow it for -TF_EPEER. */
+void tf__wire_put_reject(struct tf_wire_msg *m, int err, const char *provider,
+			 const char *transport);
+/* A malformed REJECT is logged at debug level only: the caller reports
+ * the refusal. */
+int tf__wire_parse_reject(const struct tf_wire_rx *rx,
+			  struct tf_wire_reject *m);
 int tf__wire_parse_expose(const struct tf_wire_rx *rx,
 			  struct tf_wire_exposures *m);
 

@@ -493,6 +493,10 @@ static void live_checks(void)
 	CHECK(counter(out, "node0.sessions_opened") == 0);
 	CHECK(counter(out, "node0.pool.max_bytes") > 0);
 	CHECK(counter(out, "node0.rcache.max_regions") > 0);
+	/* The transport the context runs (chosen by "auto", or as here
+	 * configured). */
+	CHECKF(strstr(out, "provider soft, device soft, transport shm\n"),
+	       "no transport in\n%s", out);
 	free(out);
 	free(err);
 
@@ -508,6 +512,7 @@ static void live_checks(void)
 	CHECKF(strstr(out, needle), "no %s in\n%s", needle, out);
 	snprintf(needle, sizeof(needle), "\"pid\": %s,", pid_s);
 	CHECK(strstr(out, needle) && strstr(out, "\"refreshed\": true"));
+	CHECK(strstr(out, "\"transport\": \"shm\""));
 	free(out);
 	free(err);
 
@@ -578,7 +583,7 @@ static void dump_checks(void)
 
 	/* The live child's context appended its record when it closed. */
 	CHECK(run_info(&out, &err, "-s", dump_path, (char *)NULL) == 0);
-	CHECK(strstr(out, "closed after"));
+	CHECK(strstr(out, "closed after") && strstr(out, "transport shm"));
 	CHECK(counter(out, "ctx.send_posted") == N_WRITES + N_MORE);
 	CHECK(counter(out, "ctx.bytes_out") == (N_WRITES + N_MORE) * MSG);
 	CHECK(counter(out, "ctx.live_qp") == 0);

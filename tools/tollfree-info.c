@@ -377,7 +377,7 @@ static void print_record(struct stats_out *o, const struct tf_stats_rec *r,
 			 bool live, bool refreshed)
 {
 	uint64_t now = realtime_ns();
-	char comm[64], pc[64], pp[16], pd[64];
+	char comm[64], pc[64], pp[16], pd[64], pt[16];
 	const char *name;
 	uint64_t v;
 
@@ -393,6 +393,8 @@ static void print_record(struct stats_out *o, const struct tf_stats_rec *r,
 		json_str(r->provider);
 		printf(", \"device\": ");
 		json_str(r->device);
+		printf(", \"transport\": ");
+		json_str(r->transport);
 		printf(",\n     \"live\": %s, \"refreshed\": %s, "
 		       "\"start_ns\": %" PRIu64 ", \"update_ns\": %" PRIu64
 		       ", \"dropped\": %" PRIu32 ",\n     \"counters\": {",
@@ -411,10 +413,12 @@ static void print_record(struct stats_out *o, const struct tf_stats_rec *r,
 	if (o->shown)
 		putchar('\n');
 	printf("pid %" PRIu32 " (%s) context %" PRIu32 ": provider %s, "
-	       "device %s\n",
+	       "device %s%s%s\n",
 	       r->pid, printable(comm, pc, sizeof(pc)), r->ctx_id,
 	       printable(r->provider, pp, sizeof(pp)),
-	       printable(r->device, pd, sizeof(pd)));
+	       printable(r->device, pd, sizeof(pd)),
+	       r->transport[0] ? ", transport " : "",
+	       printable(r->transport, pt, sizeof(pt)));
 	if (live) {
 		printf("  open for %.1f s; snapshot taken %.3f s ago%s\n",
 		       secs_since(r->start_ns, now),

@@ -145,11 +145,16 @@ static uint32_t collect(struct tf_context *ctx, void *rec, uint32_t cap,
 	struct tf__stats_pub *pub = ctx->stats_pub;
 	tf_context_stats_t s;
 	char comm[17] = "";
+	tf_caps_t caps;
 
 	/* The comm is read each time: a process may rename itself. */
 	prctl(PR_GET_NAME, comm);
 	tf__stats_init(rec, cap, flags, (uint32_t)getpid(), ctx->stats_id,
 		       ctx->stats_start_ns, ctx->prov_name, ctx->device, comm);
+	/* So is the transport: the soft provider's "auto" says what it
+	 * chose once QPs connected. */
+	if (!tf_context_query_caps(ctx, &caps))
+		tf__stats_set_transport(rec, caps.transport);
 	tf_context_query_stats(ctx, &s);
 	tf__stats_add_fields(rec, "ctx.", &s, ctx_fields,
 			     TF__ARRAY_SIZE(ctx_fields));
@@ -433,8 +438,8 @@ static void dump_text(FILE *f, void *rec)
 
 	if (tf__stats_parse(rec, SEG_SIZE, &r))
 		return; /* cannot happen: we wrote it */
-	fprintf(f, "tollfree stats provider=%s device=%s", r.provider,
-		r.device);
+	fprintf(f, "tollfree stats provider=%s device=%s transport=%s",
+		r.provider, r.device, r.transport);
 	for (uint32_t i = 0; i < r.n_entries; i++) {
 		tf__stats_entry(&r, i, &name, &v);
 		/* The context's own counters keep their historical names. */

@@ -89,6 +89,8 @@ int tf__stats_parse(const void *buf, size_t len, struct tf_stats_rec *rec)
 		  sizeof(h.provider));
 	copy_text(rec->device, sizeof(rec->device), h.device, sizeof(h.device));
 	copy_text(rec->comm, sizeof(rec->comm), h.comm, sizeof(h.comm));
+	copy_text(rec->transport, sizeof(rec->transport), h.transport,
+		  sizeof(h.transport));
 	rec->entries = p + hdr_size;
 	return 0;
 }
@@ -144,6 +146,13 @@ void tf__stats_init(void *buf, uint32_t capacity, uint32_t flags, uint32_t pid,
 	snprintf(h->provider, sizeof(h->provider), "%s", provider);
 	snprintf(h->device, sizeof(h->device), "%s", device);
 	snprintf(h->comm, sizeof(h->comm), "%s", comm);
+}
+
+void tf__stats_set_transport(void *buf, const char *transport)
+{
+	struct tf_stats_hdr *h = buf;
+
+	snprintf(h->transport, sizeof(h->transport), "%s", transport);
 }
 
 void tf__stats_add(void *buf, const char *name, uint64_t value)

@@ -34,7 +34,8 @@
  *    80   16 provider name, NUL-terminated
  *    96   64 device name, NUL-terminated
  *   160   16 owner's process name (comm), NUL-terminated
- *   176   16 reserved (0)
+ *   176   16 transport (tf_caps_t.transport: soft "shm", "auto:tcp"...),
+ *            NUL-terminated; empty (0) from writers that predate it
  *   entry: name[56] (printable ASCII, NUL-padded), value (8)
  *
  * Everything here is a pure function of its arguments: the parser is
@@ -86,7 +87,7 @@ struct tf_stats_hdr {
 	char provider[16];
 	char device[64];
 	char comm[16];
-	uint8_t reserved1[16];
+	char transport[16];
 };
 
 struct tf_stats_entry {
@@ -117,6 +118,7 @@ struct tf_stats_rec {
 	char provider[16];
 	char device[64];
 	char comm[16];
+	char transport[16]; /* empty if the writer did not say */
 	const uint8_t *entries;
 };
 
@@ -145,6 +147,8 @@ void tf__stats_entry(const struct tf_stats_rec *rec, uint32_t i,
 void tf__stats_init(void *buf, uint32_t capacity, uint32_t flags, uint32_t pid,
 		    uint32_t ctx_id, uint64_t start_ns, const char *provider,
 		    const char *device, const char *comm);
+/* Name the context's transport in the record laid out at @buf. */
+void tf__stats_set_transport(void *buf, const char *transport);
 void tf__stats_add(void *buf, const char *name, uint64_t value);
 uint32_t tf__stats_seal(void *buf, uint64_t update_ns);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * session.c - the life of a session: memory, exposures, data movement,
- * completions, revocation and close.
+ * session.c - the life of a session: memory, exposures, control messages,
+ * revocation and close (data movement and completions: session_data.c).
  *
  * Invariants:
  *  - every live exposure is revoked (LOCAL_INV completed, or the window or
@@ -26,11 +26,6 @@
 #define STAT_ADD(_n, _f, _v) \
 	atomic_fetch_add_explicit(&(_n)->_f, (_v), memory_order_relaxed)
 #define STAT(_n, _f) STAT_ADD(_n, _f, 1)
-
-enum { WR_SEND = 1, WR_RECV = 2, WR_INT = 3 };
-#define WR_ID(_kind, _slot) (((uint64_t)(_kind) << 56) | (uint64_t)(_slot))
-#define WR_KIND(_id)	    ((unsigned)((_id) >> 56))
-#define WR_SLOT(_id)	    ((_id) & ((1ull << 56) - 1))
 
 #define REMOTE_RIGHTS TF_WIRE_EXPOSURE_RIGHTS
 
@@ -110,7 +105,7 @@ int tf__sess_add_exposures(struct tf_session *s,
 	return 0;
 }
 
-static void set_broken(struct tf_session *s, int why)
+void tf__sess_set_broken(struct tf_session *s, int why)
 {
 	if (!s->broken)
 		tf_log_debug(S, "session broken: %s", tf_strerror(why));
@@ -141,7 +136,7 @@ static int ctl_watch_socket(struct tf_session *s)
 /* Read control messages that arrived, without blocking.  After the
  * peer's CLOSE nothing more is read: the next message on a kept
  * connection belongs to the next session. */
-static void ctrl_step(struct tf_session *s)
+void tf__sess_ctrl_step(struct tf_session *s)
 {
 	struct tf_conn *c = s->c;
 
@@ -157,7 +152,7 @@ static void ctrl_step(struct tf_session *s)
 		if (ret > 0)
 			ret = tf__conn_open(c, tf__sess_channel(s));
 		if (ret < 0) {
-			set_broken(s, ret);
+			tf__sess_set_broken(s, ret);
 			return;
 		}
 		if (tf__conn_late_close(c, tf__sess_channel(s), &c->rx)) {
@@ -178,7 +173,7 @@ static void ctrl_step(struct tf_session *s)
 		}
 		tf__wire_rx_reset(&c->rx);
 		if (ret)
-			set_broken(s, ret);
+			tf__sess_set_broken(s, ret);
 	}
 }
 
@@ -193,7 +188,7 @@ static int send_exposures(struct tf_session *s)
 	if (!ret)
 		ret = tf__sess_ctl_send(s, &m, s->node->timeout_ms);
 	if (ret) {
-		set_broken(s, ret);
+		tf__sess_set_broken(s, ret);
 		return ret;
 	}
 	s->n_exps_sent = s->n_exps;
@@ -232,7 +227,7 @@ int tf__sess_send_accept(struct tf_session *s)
 	if (!ret)
 		ret = tf__sess_ctl_send(s, &m, s->node->timeout_ms);
 	if (ret) {
-		set_broken(s, ret);
+		tf__sess_set_broken(s, ret);
 		return ret;
 	}
 	s->n_exps_sent = s->n_exps;
@@ -251,163 +246,6 @@ int tf_session_establish(tf_session_t *s)
 	if (s->broken)
 		return -ENOTCONN;
 	return tf__sess_send_accept(s);
-}
-
-/* ------------------------------------------------------- completions */
-
-static void stash_push(struct tf_session *s, const struct tf_wc *wc)
-{
-	if (s->n_stash == s->stash_cap) {
-		/* Cannot happen: see tf__sess_new. */
-		tf_log_error(S, "completion stash overflow; dropped wr_id %llu",
-			     (unsigned long long)wc->wr_id);
-		return;
-	}
-	s->stash[(s->stash_head + s->n_stash) % s->stash_cap] = *wc;
-	s->n_stash++;
-}
-
-/*
- * Poll the connection's CQ once: internal completions update their
- * exposure, the caller's are translated back to their wr_ids and go to
- * @out (up to @n), the rest to the stash.  Returns how many went to @out.
- */
-static int reap(struct tf_session *s, struct tf_wc *out, int n)
-{
-	struct tf_wc tmp[32];
-	int r, cnt = 0;
-
-	r = tf_cq_poll(s->c->cq, 32, tmp);
-	if (r < 0)
-		return r;
-	for (int i = 0; i < r; i++) {
-		struct tf_wc *wc = &tmp[i];
-		uint64_t slot = WR_SLOT(wc->wr_id);
-
-		switch (WR_KIND(wc->wr_id)) {
-		case WR_INT:
-			if (slot < (uint64_t)s->n_exps &&
-			    s->exps[slot].pending > 0) {
-				s->exps[slot].pending--;
-				s->exps[slot].status = wc->status;
-			}
-			if (wc->status != TF_WC_SUCCESS &&
-			    wc->status != TF_WC_WR_FLUSH_ERR)
-				tf_log_warn(S, "%s of exposure %llu failed: %s",
-					    wc->opcode == TF_WC_BIND_MW
-						    ? "bind"
-						    : "invalidation",
-					    (unsigned long long)slot,
-					    tf_wc_status_str(wc->status));
-			continue;
-		case WR_SEND:
-			if (slot >= s->c->send_depth)
-				goto bad;
-			wc->wr_id = s->send_ids[slot];
-			s->send_done++;
-			break;
-		case WR_RECV:
-			if (slot >= s->c->recv_depth)
-				goto bad;
-			wc->wr_id = s->recv_ids[slot];
-			s->recv_done++;
-			break;
-		case 0:
-			/* Work posted directly on tf_session_qp() with a
-			 * wr_id below 2^56 is reported unchanged. */
-			break;
-		default:
-			goto bad;
-		}
-		if (cnt < n)
-			out[cnt++] = *wc;
-		else
-			stash_push(s, wc);
-		continue;
-	bad:
-		/* Cannot happen: every WR the session posts has a kind. */
-		tf_log_debug(S, "completion with foreign wr_id 0x%llx",
-			     (unsigned long long)wc->wr_id);
-	}
-	return cnt;
-}
-
-static int pending_internal(const struct tf_session *s)
-{
-	int n = 0;
-
-	for (int i = 0; i < s->n_exps; i++)
-		n += s->exps[i].pending;
-	return n;
-}
-
-/* Wait until the session's binds and invalidations completed. */
-static int wait_internal(struct tf_session *s)
-{
-	struct tf_backoff bo;
-
-	tf__sess_backoff_init(&bo, s->node, s->node->timeout_ms);
-	while (pending_internal(s)) {
-		int r = reap(s, NULL, 0);
-
-		if (r < 0)
-			return r;
-		if (tf__backoff(&bo)) {
-			tf_log_warn(S,
-				    "bind/invalidation did not complete "
-				    "within %d ms",
-				    s->node->timeout_ms);
-			return -ETIMEDOUT;
-		}
-	}
-	return 0;
-}
-
-int tf_session_poll(tf_session_t *s, int n, struct tf_wc *wc)
-{
-	int got = 0, r;
-
-	if (!s || n <= 0 || !wc)
-		return -EINVAL;
-	ctrl_step(s);
-	while (got < n && s->n_stash) {
-		wc[got++] = s->stash[s->stash_head];
-		s->stash_head = (s->stash_head + 1) % s->stash_cap;
-		s->n_stash--;
-	}
-	if (got < n) {
-		r = reap(s, wc + got, n - got);
-		if (r < 0)
-			return got ? got : r;
-		got += r;
-	}
-	return got;
-}
-
-int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
-{
-	struct tf_backoff bo;
-	bool closed, broken;
-
-	if (!s)
-		return -EINVAL;
-	closed = s->peer_closed;
-	broken = s->broken;
-	tf__sess_backoff_init(&bo, s->node, timeout_ms);
-	for (;;) {
-		int r = tf_session_poll(s, n, wc);
-
-		if (r)
-			return r;
-		/* A change of state is an event too: the caller learns of
-		 * the peer's close without waiting out its timeout. */
-		if (s->peer_closed != closed || s->broken != broken)
-			return 0;
-		/* A polling loop: the soft provider makes progress in
-		 * poll. */
-		if (tf__backoff(&bo))
-			return 0;
-	}
 }
 
 /* ------------------------------------------------------------ memory */
@@ -517,7 +355,7 @@ int tf_session_attach(tf_session_t *s, void *addr, size_t len, unsigned flags,
 	return 0;
 }
 
-static struct tf_sess_buf *get_buf(struct tf_session *s, int buf)
+struct tf_sess_buf *tf__sess_get_buf(struct tf_session *s, int buf)
 {
 	if (!s || buf < 0 || buf >= s->n_bufs)
 		return NULL;
@@ -526,14 +364,14 @@ static struct tf_sess_buf *get_buf(struct tf_session *s, int buf)
 
 void *tf_session_buf_addr(tf_session_t *s, int buf)
 {
-	struct tf_sess_buf *b = get_buf(s, buf);
+	struct tf_sess_buf *b = tf__sess_get_buf(s, buf);
 
 	return b ? b->addr : NULL;
 }
 
 int tf_session_buf_mode(tf_session_t *s, int buf)
 {
-	struct tf_sess_buf *b = get_buf(s, buf);
+	struct tf_sess_buf *b = tf__sess_get_buf(s, buf);
 
 	return b ? b->mode : -EINVAL;
 }
@@ -590,7 +428,7 @@ static void mw_put(struct tf_node *node, tf_mw_t *mw)
 int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 		      unsigned rights, int *exp_p)
 {
-	struct tf_sess_buf *b = get_buf(s, buf);
+	struct tf_sess_buf *b = tf__sess_get_buf(s, buf);
 	struct tf_node *node;
 	struct tf_sess_exp *e;
 	int idx, ret;
@@ -637,11 +475,11 @@ int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 		STAT(node, windows_live);
 		/* The key must not reach the peer before the window is
 		 * bound, or its first access could race the bind. */
-		ret = wait_internal(s);
+		ret = tf__sess_wait_internal(s);
 		if (!ret && e->status != TF_WC_SUCCESS)
 			ret = -EIO;
 		if (ret) {
-			set_broken(s, ret);
+			tf__sess_set_broken(s, ret);
 			return ret;
 		}
 	} else {
@@ -669,7 +507,7 @@ int tf_session_peer_exposures(tf_session_t *s)
 {
 	if (!s)
 		return -EINVAL;
-	ctrl_step(s);
+	tf__sess_ctrl_step(s);
 	return s->n_peer;
 }
 
@@ -681,7 +519,7 @@ int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms)
 		return -EINVAL;
 	tf__sess_backoff_init(&bo, s->node, timeout_ms);
 	for (;;) {
-		ctrl_step(s);
+		tf__sess_ctrl_step(s);
 		if (s->n_peer >= n)
 			return 0;
 		if (s->broken || s->peer_closed)
@@ -709,232 +547,13 @@ int tf_session_local_exposure(tf_session_t *s, int exp,
 	return 0;
 }
 
-/* ------------------------------------------------------------ data */
-
-/* -ENOTCONN if the session is broken: also when its QP failed and no
- * control message said so yet (a post to a QP in error would "succeed"
- * and flush, as verbs does). */
-static int check_live(struct tf_session *s)
-{
-	if (s->broken)
-		return -ENOTCONN;
-	if (TF__UNLIKELY(tf_qp_state(s->c->qp) == TF_QPS_ERR)) {
-		set_broken(s, -TF_EQPERR);
-		return -ENOTCONN;
-	}
-	return 0;
-}
-
-static int post_user(struct tf_session *s, struct tf_send_wr *wr,
-		     uint64_t wr_id)
-{
-	uint64_t slot;
-	int ret;
-
-	ret = check_live(s);
-	if (ret)
-		return ret;
-	if (s->send_posted - s->send_done >= s->c->send_depth)
-		return -ENOMEM;
-	slot = s->send_posted % s->c->send_depth;
-	wr->wr_id = WR_ID(WR_SEND, slot);
-	wr->send_flags |= TF_SEND_SIGNALED;
-	ret = tf_post_send(s->c->qp, wr, NULL);
-	if (ret)
-		return ret;
-	s->send_ids[slot] = wr_id;
-	s->send_posted++;
-	return 0;
-}
-
-/* Check a local range and the peer's exposure before posting. */
-static int check_rdma(struct tf_session *s, int buf, size_t loff, int exp,
-		      uint64_t roff, uint64_t len, unsigned right,
-		      struct tf_sge *sge, uint64_t *raddr, uint32_t *rkey)
-{
-	struct tf_sess_buf *b = get_buf(s, buf);
-	const tf_exposure_info_t *e;
-
-	if (!b || exp < 0)
-		return -EINVAL;
-	/* Data calls do only data: the control channel is looked at only
-	 * for an exposure this side has not heard of yet (its EXPOSE may be
-	 * waiting), not on every post. */
-	if (exp >= s->n_peer) {
-		ctrl_step(s);
-		if (exp >= s->n_peer)
-			return -EINVAL;
-	}
-	e = &s->peer[exp];
-	if (loff > b->len || len > b->len - loff || roff > e->length ||
-	    len > e->length - roff)
-		return -ERANGE;
-	if (!(e->rights & right))
-		return -EACCES;
-	sge->addr = (uintptr_t)b->addr + loff;
-	sge->length = (uint32_t)len;
-	sge->lkey = b->lkey;
-	*raddr = e->addr + roff;
-	*rkey = e->rkey;
-	return 0;
-}
-
-/* A READ or WRITE (@wr has its opcode and immediate).  Only a WRITE with
- * an immediate may be empty: it is then a notification alone. */
-static int rdma(struct tf_session *s, struct tf_send_wr *wr, unsigned right,
-		int buf, size_t loff, int exp, uint64_t roff, uint32_t len,
-		uint64_t wr_id)
-{
-	struct tf_sge sge;
-	int ret;
-
-	if (!len && wr->opcode != TF_WR_RDMA_WRITE_WITH_IMM)
-		return -EINVAL;
-	ret = check_rdma(s, buf, loff, exp, roff, len, right, &sge,
-			 &wr->wr.rdma.remote_addr, &wr->wr.rdma.rkey);
-	if (ret)
-		return ret;
-	wr->sg_list = &sge;
-	wr->num_sge = len ? 1 : 0;
-	return post_user(s, wr, wr_id);
-}
-
-int tf_session_write(tf_session_t *s, int buf, size_t loff, int exp,
-		     uint64_t roff, uint32_t len, uint64_t wr_id)
-{
-	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_WRITE};
-
-	return rdma(s, &wr, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff, len,
-		    wr_id);
-}
-
-int tf_session_write_imm(tf_session_t *s, int buf, size_t loff, int exp,
-			 uint64_t roff, uint32_t len, uint32_t imm,
-			 uint64_t wr_id)
-{
-	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_WRITE_WITH_IMM,
-				.imm_data = imm};
-
-	return rdma(s, &wr, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff, len,
-		    wr_id);
-}
-
-int tf_session_read(tf_session_t *s, int buf, size_t loff, int exp,
-		    uint64_t roff, uint32_t len, uint64_t wr_id)
-{
-	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_READ};
-
-	return rdma(s, &wr, TF_ACCESS_REMOTE_READ, buf, loff, exp, roff, len,
-		    wr_id);
-}
-
-static int atomic_op(struct tf_session *s, enum tf_wr_opcode op, int buf,
-		     size_t loff, int exp, uint64_t roff, uint64_t a,
-		     uint64_t b, uint64_t wr_id)
-{
-	struct tf_send_wr wr = {.opcode = op, .num_sge = 1};
-	struct tf_sge sge;
-	int ret;
-
-	ret = check_rdma(s, buf, loff, exp, roff, 8, TF_ACCESS_REMOTE_ATOMIC,
-			 &sge, &wr.wr.atomic.remote_addr, &wr.wr.atomic.rkey);
-	if (ret)
-		return ret;
-	if ((wr.wr.atomic.remote_addr | sge.addr) & 7)
-		return -EINVAL;
-	wr.wr.atomic.compare_add = a;
-	wr.wr.atomic.swap = b;
-	wr.sg_list = &sge;
-	return post_user(s, &wr, wr_id);
-}
-
-int tf_session_fetch_add(tf_session_t *s, int buf, size_t loff, int exp,
-			 uint64_t roff, uint64_t add, uint64_t wr_id)
-{
-	return atomic_op(s, TF_WR_ATOMIC_FETCH_ADD, buf, loff, exp, roff, add,
-			 0, wr_id);
-}
-
-int tf_session_cmp_swap(tf_session_t *s, int buf, size_t loff, int exp,
-			uint64_t roff, uint64_t compare, uint64_t swap,
-			uint64_t wr_id)
-{
-	return atomic_op(s, TF_WR_ATOMIC_CMP_SWP, buf, loff, exp, roff, compare,
-			 swap, wr_id);
-}
-
-static int send_msg(struct tf_session *s, struct tf_send_wr *wr, int buf,
-		    size_t off, uint32_t len, uint64_t wr_id)
-{
-	struct tf_sess_buf *b = get_buf(s, buf);
-	struct tf_sge sge;
-
-	if (!b)
-		return -EINVAL;
-	if (off > b->len || len > b->len - off)
-		return -ERANGE;
-	sge.addr = (uintptr_t)b->addr + off;
-	sge.length = len;
-	sge.lkey = b->lkey;
-	wr->sg_list = &sge;
-	wr->num_sge = len ? 1 : 0;
-	return post_user(s, wr, wr_id);
-}
-
-int tf_session_send(tf_session_t *s, int buf, size_t off, uint32_t len,
-		    uint64_t wr_id)
-{
-	struct tf_send_wr wr = {.opcode = TF_WR_SEND};
-
-	return send_msg(s, &wr, buf, off, len, wr_id);
-}
-
-int tf_session_send_imm(tf_session_t *s, int buf, size_t off, uint32_t len,
-			uint32_t imm, uint64_t wr_id)
-{
-	struct tf_send_wr wr = {.opcode = TF_WR_SEND_WITH_IMM, .imm_data = imm};
-
-	return send_msg(s, &wr, buf, off, len, wr_id);
-}
-
-int tf_session_recv(tf_session_t *s, int buf, size_t off, uint32_t len,
-		    uint64_t wr_id)
-{
-	struct tf_sess_buf *b = get_buf(s, buf);
-	struct tf_sge sge;
-	struct tf_recv_wr wr = {.sg_list = &sge, .num_sge = len ? 1 : 0};
-	uint64_t slot;
-	int ret;
-
-	if (!b)
-		return -EINVAL;
-	if (off > b->len || len > b->len - off)
-		return -ERANGE;
-	ret = check_live(s);
-	if (ret)
-		return ret;
-	if (s->recv_posted - s->recv_done >= s->c->recv_depth)
-		return -ENOMEM;
-	slot = s->recv_posted % s->c->recv_depth;
-	sge.addr = (uintptr_t)b->addr + off;
-	sge.length = len;
-	sge.lkey = b->lkey;
-	wr.wr_id = WR_ID(WR_RECV, slot);
-	ret = tf_post_recv(s->c->qp, &wr, NULL);
-	if (ret)
-		return ret;
-	s->recv_ids[slot] = wr_id;
-	s->recv_posted++;
-	return 0;
-}
-
 /* ------------------------------------------------------------ state */
 
 int tf_session_state(tf_session_t *s)
 {
 	if (!s)
 		return -EINVAL;
-	ctrl_step(s);
+	tf__sess_ctrl_step(s);
 	/* Broken first: a session whose establish failed is broken, not
 	 * still accepting (a server waiting for BROKEN would leak it). */
 	if (s->broken || tf_qp_state(s->c->qp) == TF_QPS_ERR)
@@ -1005,7 +624,7 @@ int tf_session_revoke(tf_session_t *s)
 		e->pending++;
 	}
 	if (qp_ok)
-		ret = wait_internal(s);
+		ret = tf__sess_wait_internal(s);
 	for (int i = 0; i < s->n_exps; i++) {
 		struct tf_sess_exp *e = &s->exps[i];
 
@@ -1021,7 +640,7 @@ int tf_session_revoke(tf_session_t *s)
 				mw_put(node, e->mw);
 			} else {
 				tf_mw_dealloc(e->mw);
-				set_broken(s, -TF_EQPERR);
+				tf__sess_set_broken(s, -TF_EQPERR);
 				if (!ret)
 					ret = -TF_EQPERR;
 			}
@@ -1048,8 +667,8 @@ static void drain(struct tf_session *s)
 
 	tf__sess_backoff_init(&bo, s->node, s->node->timeout_ms);
 	while (s->send_done != s->send_posted) {
-		if (reap(s, NULL, 0) < 0 || tf__backoff(&bo)) {
-			set_broken(s, -ETIMEDOUT);
+		if (tf__sess_reap(s, NULL, 0) < 0 || tf__backoff(&bo)) {
+			tf__sess_set_broken(s, -ETIMEDOUT);
 			return;
 		}
 	}
@@ -1097,7 +716,7 @@ void tf_session_close(tf_session_t *s)
 		tf__wire_init(&m, TF_WIRE_CLOSE);
 		if (tf__wire_finish(&m) ||
 		    tf__sess_ctl_send(s, &m, node->timeout_ms))
-			set_broken(s, -EPIPE);
+			tf__sess_set_broken(s, -EPIPE);
 	}
 	keep = keep && !c->broken && !s->n_stash &&
 	       tf_qp_state(c->qp) == TF_QPS_RTS &&

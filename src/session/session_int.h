@@ -250,6 +250,29 @@ struct tf_session {
 	uint8_t priv[TF_WIRE_MAX_PRIV];
 };
 
+/* The session's own wr_ids: kind << 56 | slot (session.c, session_data.c).
+ * Work posted directly on tf_session_qp() with a wr_id below 2^56 has kind
+ * 0 and is reported unchanged. */
+enum { TF_SESS_WR_SEND = 1, TF_SESS_WR_RECV = 2, TF_SESS_WR_INT = 3 };
+#define WR_ID(_kind, _slot) (((uint64_t)(_kind) << 56) | (uint64_t)(_slot))
+#define WR_KIND(_id)	    ((unsigned)((_id) >> 56))
+#define WR_SLOT(_id)	    ((_id) & ((1ull << 56) - 1))
+#define WR_SEND		    TF_SESS_WR_SEND
+#define WR_RECV		    TF_SESS_WR_RECV
+#define WR_INT		    TF_SESS_WR_INT
+
+/* session.c and session_data.c share these. */
+void tf__sess_set_broken(struct tf_session *s, int why);
+/* Read the control messages that arrived, without blocking. */
+void tf__sess_ctrl_step(struct tf_session *s);
+/* Poll the CQ once: internal completions update their exposure, the
+ * caller's go to @out (up to @n) or the stash.  How many went to @out. */
+int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n);
+/* Wait until the session's binds and invalidations completed. */
+int tf__sess_wait_internal(struct tf_session *s);
+/* Buffer @buf of @s, or NULL for a bad index. */
+struct tf_sess_buf *tf__sess_get_buf(struct tf_session *s, int buf);
+
 /* conn.c */
 struct tf_conn *tf__conn_alloc(struct tf_node *node, int fd);
 void tf__conn_list_init(struct tf_conn *head);

@@ -1,0 +1,393 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * session_data.c - a session's data path: one-sided operations and
+ * SEND/RECV on its QP, checked against the peer's exposures before they
+ * are posted, and the completions, translated back to the caller's
+ * wr_ids (the session's own binds and invalidations never surface).
+ * Data calls do only data: the control channel is looked at only for an
+ * exposure not heard of yet.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "session_int.h"
+
+#define S TF_SESS_SUBSYS
+
+/* ------------------------------------------------------- completions */
+
+static void stash_push(struct tf_session *s, const struct tf_wc *wc)
+{
+	if (s->n_stash == s->stash_cap) {
+		/* Cannot happen: see tf__sess_new. */
+		tf_log_error(S, "completion stash overflow; dropped wr_id %llu",
+			     (unsigned long long)wc->wr_id);
+		return;
+	}
+	s->stash[(s->stash_head + s->n_stash) % s->stash_cap] = *wc;
+	s->n_stash++;
+}
+
+/*
+ * Poll the connection's CQ once: internal completions update their
+ * exposure, the caller's are translated back to their wr_ids and go to
+ * @out (up to @n), the rest to the stash.  Returns how many went to @out.
+ */
+int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n)
+{
+	struct tf_wc tmp[32];
+	int r, cnt = 0;
+
+	r = tf_cq_poll(s->c->cq, 32, tmp);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < r; i++) {
+		struct tf_wc *wc = &tmp[i];
+		uint64_t slot = WR_SLOT(wc->wr_id);
+
+		switch (WR_KIND(wc->wr_id)) {
+		case WR_INT:
+			if (slot < (uint64_t)s->n_exps &&
+			    s->exps[slot].pending > 0) {
+				s->exps[slot].pending--;
+				s->exps[slot].status = wc->status;
+			}
+			if (wc->status != TF_WC_SUCCESS &&
+			    wc->status != TF_WC_WR_FLUSH_ERR)
+				tf_log_warn(S, "%s of exposure %llu failed: %s",
+					    wc->opcode == TF_WC_BIND_MW
+						    ? "bind"
+						    : "invalidation",
+					    (unsigned long long)slot,
+					    tf_wc_status_str(wc->status));
+			continue;
+		case WR_SEND:
+			if (slot >= s->c->send_depth)
+				goto bad;
+			wc->wr_id = s->send_ids[slot];
+			s->send_done++;
+			break;
+		case WR_RECV:
+			if (slot >= s->c->recv_depth)
+				goto bad;
+			wc->wr_id = s->recv_ids[slot];
+			s->recv_done++;
+			break;
+		case 0:
+			/* Work posted directly on tf_session_qp() with a
+			 * wr_id below 2^56 is reported unchanged. */
+			break;
+		default:
+			goto bad;
+		}
+		if (cnt < n)
+			out[cnt++] = *wc;
+		else
+			stash_push(s, wc);
+		continue;
+	bad:
+		/* Cannot happen: every WR the session posts has a kind. */
+		tf_log_debug(S, "completion with foreign wr_id 0x%llx",
+			     (unsigned long long)wc->wr_id);
+	}
+	return cnt;
+}
+
+static int pending_internal(const struct tf_session *s)
+{
+	int n = 0;
+
+	for (int i = 0; i < s->n_exps; i++)
+		n += s->exps[i].pending;
+	return n;
+}
+
+/* Wait until the session's binds and invalidations completed. */
+int tf__sess_wait_internal(struct tf_session *s)
+{
+	struct tf_backoff bo;
+
+	tf__sess_backoff_init(&bo, s->node, s->node->timeout_ms);
+	while (pending_internal(s)) {
+		int r = tf__sess_reap(s, NULL, 0);
+
+		if (r < 0)
+			return r;
+		if (tf__backoff(&bo)) {
+			tf_log_warn(S,
+				    "bind/invalidation did not complete "
+				    "within %d ms",
+				    s->node->timeout_ms);
+			return -ETIMEDOUT;
+		}
+	}
+	return 0;
+}
+
+int tf_session_poll(tf_session_t *s, int n, struct tf_wc *wc)
+{
+	int got = 0, r;
+
+	if (!s || n <= 0 || !wc)
+		return -EINVAL;
+	tf__sess_ctrl_step(s);
+	while (got < n && s->n_stash) {
+		wc[got++] = s->stash[s->stash_head];
+		s->stash_head = (s->stash_head + 1) % s->stash_cap;
+		s->n_stash--;
+	}
+	if (got < n) {
+		r = tf__sess_reap(s, wc + got, n - got);
+		if (r < 0)
+			return got ? got : r;
+		got += r;
+	}
+	return got;
+}
+
+int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
+{
+	struct tf_backoff bo;
+	bool closed, broken;
+
+	if (!s)
+		return -EINVAL;
+	closed = s->peer_closed;
+	broken = s->broken;
+	tf__sess_backoff_init(&bo, s->node, timeout_ms);
+	for (;;) {
+		int r = tf_session_poll(s, n, wc);
+
+		if (r)
+			return r;
+		/* A change of state is an event too: the caller learns of
+		 * the peer's close without waiting out its timeout. */
+		if (s->peer_closed != closed || s->broken != broken)
+			return 0;
+		/* A polling loop: the soft provider makes progress in
+		 * poll. */
+		if (tf__backoff(&bo))
+			return 0;
+	}
+}
+
+/* ------------------------------------------------------------ data */
+
+/* -ENOTCONN if the session is broken: also when its QP failed and no
+ * control message said so yet (a post to a QP in error would "succeed"
+ * and flush, as verbs does). */
+static int check_live(struct tf_session *s)
+{
+	if (s->broken)
+		return -ENOTCONN;
+	if (TF__UNLIKELY(tf_qp_state(s->c->qp) == TF_QPS_ERR)) {
+		tf__sess_set_broken(s, -TF_EQPERR);
+		return -ENOTCONN;
+	}
+	return 0;
+}
+
+static int post_user(struct tf_session *s, struct tf_send_wr *wr,
+		     uint64_t wr_id)
+{
+	uint64_t slot;
+	int ret;
+
+	ret = check_live(s);
+	if (ret)
+		return ret;
+	if (s->send_posted - s->send_done >= s->c->send_depth)
+		return -ENOMEM;
+	slot = s->send_posted % s->c->send_depth;
+	wr->wr_id = WR_ID(WR_SEND, slot);
+	wr->send_flags |= TF_SEND_SIGNALED;
+	ret = tf_post_send(s->c->qp, wr, NULL);
+	if (ret)
+		return ret;
+	s->send_ids[slot] = wr_id;
+	s->send_posted++;
+	return 0;
+}
+
+/* Check a local range and the peer's exposure before posting. */
+static int check_rdma(struct tf_session *s, int buf, size_t loff, int exp,
+		      uint64_t roff, uint64_t len, unsigned right,
+		      struct tf_sge *sge, uint64_t *raddr, uint32_t *rkey)
+{
+	struct tf_sess_buf *b = tf__sess_get_buf(s, buf);
+	const tf_exposure_info_t *e;
+
+	if (!b || exp < 0)
+		return -EINVAL;
+	/* Data calls do only data: the control channel is looked at only
+	 * for an exposure this side has not heard of yet (its EXPOSE may be
+	 * waiting), not on every post. */
+	if (exp >= s->n_peer) {
+		tf__sess_ctrl_step(s);
+		if (exp >= s->n_peer)
+			return -EINVAL;
+	}
+	e = &s->peer[exp];
+	if (loff > b->len || len > b->len - loff || roff > e->length ||
+	    len > e->length - roff)
+		return -ERANGE;
+	if (!(e->rights & right))
+		return -EACCES;
+	sge->addr = (uintptr_t)b->addr + loff;
+	sge->length = (uint32_t)len;
+	sge->lkey = b->lkey;
+	*raddr = e->addr + roff;
+	*rkey = e->rkey;
+	return 0;
+}
+
+/* A READ or WRITE (@wr has its opcode and immediate).  Only a WRITE with
+ * an immediate may be empty: it is then a notification alone. */
+static int rdma(struct tf_session *s, struct tf_send_wr *wr, unsigned right,
+		int buf, size_t loff, int exp, uint64_t roff, uint32_t len,
+		uint64_t wr_id)
+{
+	struct tf_sge sge;
+	int ret;
+
+	if (!len && wr->opcode != TF_WR_RDMA_WRITE_WITH_IMM)
+		return -EINVAL;
+	ret = check_rdma(s, buf, loff, exp, roff, len, right, &sge,
+			 &wr->wr.rdma.remote_addr, &wr->wr.rdma.rkey);
+	if (ret)
+		return ret;
+	wr->sg_list = &sge;
+	wr->num_sge = len ? 1 : 0;
+	return post_user(s, wr, wr_id);
+}
+
+int tf_session_write(tf_session_t *s, int buf, size_t loff, int exp,
+		     uint64_t roff, uint32_t len, uint64_t wr_id)
+{
+	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_WRITE};
+
+	return rdma(s, &wr, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff, len,
+		    wr_id);
+}
+
+int tf_session_write_imm(tf_session_t *s, int buf, size_t loff, int exp,
+			 uint64_t roff, uint32_t len, uint32_t imm,
+			 uint64_t wr_id)
+{
+	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_WRITE_WITH_IMM,
+				.imm_data = imm};
+
+	return rdma(s, &wr, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff, len,
+		    wr_id);
+}
+
+int tf_session_read(tf_session_t *s, int buf, size_t loff, int exp,
+		    uint64_t roff, uint32_t len, uint64_t wr_id)
+{
+	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_READ};
+
+	return rdma(s, &wr, TF_ACCESS_REMOTE_READ, buf, loff, exp, roff, len,
+		    wr_id);
+}
+
+static int atomic_op(struct tf_session *s, enum tf_wr_opcode op, int buf,
+		     size_t loff, int exp, uint64_t roff, uint64_t a,
+		     uint64_t b, uint64_t wr_id)
+{
+	struct tf_send_wr wr = {.opcode = op, .num_sge = 1};
+	struct tf_sge sge;
+	int ret;
+
+	ret = check_rdma(s, buf, loff, exp, roff, 8, TF_ACCESS_REMOTE_ATOMIC,
+			 &sge, &wr.wr.atomic.remote_addr, &wr.wr.atomic.rkey);
+	if (ret)
+		return ret;
+	if ((wr.wr.atomic.remote_addr | sge.addr) & 7)
+		return -EINVAL;
+	wr.wr.atomic.compare_add = a;
+	wr.wr.atomic.swap = b;
+	wr.sg_list = &sge;
+	return post_user(s, &wr, wr_id);
+}
+
+int tf_session_fetch_add(tf_session_t *s, int buf, size_t loff, int exp,
+			 uint64_t roff, uint64_t add, uint64_t wr_id)
+{
+	return atomic_op(s, TF_WR_ATOMIC_FETCH_ADD, buf, loff, exp, roff, add,
+			 0, wr_id);
+}
+
+int tf_session_cmp_swap(tf_session_t *s, int buf, size_t loff, int exp,
+			uint64_t roff, uint64_t compare, uint64_t swap,
+			uint64_t wr_id)
+{
+	return atomic_op(s, TF_WR_ATOMIC_CMP_SWP, buf, loff, exp, roff, compare,
+			 swap, wr_id);
+}
+
+static int send_msg(struct tf_session *s, struct tf_send_wr *wr, int buf,
+		    size_t off, uint32_t len, uint64_t wr_id)
+{
+	struct tf_sess_buf *b = tf__sess_get_buf(s, buf);
+	struct tf_sge sge;
+
+	if (!b)
+		return -EINVAL;
+	if (off > b->len || len > b->len - off)
+		return -ERANGE;
+	sge.addr = (uintptr_t)b->addr + off;
+	sge.length = len;
+	sge.lkey = b->lkey;
+	wr->sg_list = &sge;
+	wr->num_sge = len ? 1 : 0;
+	return post_user(s, wr, wr_id);
+}
+
+int tf_session_send(tf_session_t *s, int buf, size_t off, uint32_t len,
+		    uint64_t wr_id)
+{
+	struct tf_send_wr wr = {.opcode = TF_WR_SEND};
+
+	return send_msg(s, &wr, buf, off, len, wr_id);
+}
+
+int tf_session_send_imm(tf_session_t *s, int buf, size_t off, uint32_t len,
+			uint32_t imm, uint64_t wr_id)
+{
+	struct tf_send_wr wr = {.opcode = TF_WR_SEND_WITH_IMM, .imm_data = imm};
+
+	return send_msg(s, &wr, buf, off, len, wr_id);
+}
+
+int tf_session_recv(tf_session_t *s, int buf, size_t off, uint32_t len,
+		    uint64_t wr_id)
+{
+	struct tf_sess_buf *b = tf__sess_get_buf(s, buf);
+	struct tf_sge sge;
+	struct tf_recv_wr wr = {.sg_list = &sge, .num_sge = len ? 1 : 0};
+	uint64_t slot;
+	int ret;
+
+	if (!b)
+		return -EINVAL;
+	if (off > b->len || len > b->len - off)
+		return -ERANGE;
+	ret = check_live(s);
+	if (ret)
+		return ret;
+	if (s->recv_posted - s->recv_done >= s->c->recv_depth)
+		return -ENOMEM;
+	slot = s->recv_posted % s->c->recv_depth;
+	sge.addr = (uintptr_t)b->addr + off;
+	sge.length = len;
+	sge.lkey = b->lkey;
+	wr.wr_id = WR_ID(WR_RECV, slot);
+	ret = tf_post_recv(s->c->qp, &wr, NULL);
+	if (ret)
+		return ret;
+	s->recv_ids[slot] = wr_id;
+	s->recv_posted++;
+	return 0;
+}

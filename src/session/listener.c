@@ -287,8 +287,9 @@ static void listener_unwatch(struct tf_listener *l, struct tf_conn *c)
 	c->ctl_watched = c->ctl_armed = false;
 }
 
-/* Drop a handshaking or idle connection of the listener. */
-static void listener_drop(struct tf_listener *l, struct tf_conn *c)
+/* Take a handshaking or idle connection off the listener's books (its
+ * fds out of the epoll set, its count, its list). */
+static void listener_release(struct tf_listener *l, struct tf_conn *c)
 {
 	listener_unwatch(l, c);
 	if (c->hs == TF_CONN_IDLE)
@@ -296,6 +297,12 @@ static void listener_drop(struct tf_listener *l, struct tf_conn *c)
 	else
 		l->n_pending--;
 	tf__conn_unlink(c);
+}
+
+/* Drop a handshaking or idle connection of the listener. */
+static void listener_drop(struct tf_listener *l, struct tf_conn *c)
+{
+	listener_release(l, c);
 	tf__conn_destroy(c);
 }
 
@@ -540,12 +547,7 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 	if (!s) /* CHALLENGE sent: the sealed OPEN comes next */
 		return 0;
 	/* The session owns the connection from now on. */
-	listener_unwatch(l, c);
-	if (c->hs == TF_CONN_IDLE)
-		l->n_idle--;
-	else
-		l->n_pending--;
-	tf__conn_unlink(c);
+	listener_release(l, c);
 	c->hs = TF_CONN_BUSY;
 	c->l = l;
 	l->refs++;

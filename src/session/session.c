@@ -177,22 +177,30 @@ void tf__sess_ctrl_step(struct tf_session *s)
 	}
 }
 
-static int send_exposures(struct tf_session *s)
+/* Finish @m with the exposures not sent yet and send it; a failure
+ * breaks the session. */
+static int send_with_exposures(struct tf_session *s, struct tf_wire_msg *m)
 {
-	struct tf_wire_msg m;
 	int ret;
 
-	tf__wire_init(&m, TF_WIRE_EXPOSE);
-	put_exposures(&m, s);
-	ret = tf__wire_finish(&m);
+	put_exposures(m, s);
+	ret = tf__wire_finish(m);
 	if (!ret)
-		ret = tf__sess_ctl_send(s, &m, s->node->timeout_ms);
+		ret = tf__sess_ctl_send(s, m, s->node->timeout_ms);
 	if (ret) {
 		tf__sess_set_broken(s, ret);
 		return ret;
 	}
 	s->n_exps_sent = s->n_exps;
 	return 0;
+}
+
+static int send_exposures(struct tf_session *s)
+{
+	struct tf_wire_msg m;
+
+	tf__wire_init(&m, TF_WIRE_EXPOSE);
+	return send_with_exposures(s, &m);
 }
 
 int tf__sess_send_accept(struct tf_session *s)
@@ -222,15 +230,9 @@ int tf__sess_send_accept(struct tf_session *s)
 	tf__wire_put_bytes(&m, blob, blob_len);
 	tf__wire_put_u16(&m, (uint16_t)ctl_len);
 	tf__wire_put_bytes(&m, ctl, ctl_len);
-	put_exposures(&m, s);
-	ret = tf__wire_finish(&m);
-	if (!ret)
-		ret = tf__sess_ctl_send(s, &m, s->node->timeout_ms);
-	if (ret) {
-		tf__sess_set_broken(s, ret);
+	ret = send_with_exposures(s, &m);
+	if (ret)
 		return ret;
-	}
-	s->n_exps_sent = s->n_exps;
 	s->deferred = false;
 	/* The handshake is over: later messages are numbered, not chained
 	 * to a transcript. */

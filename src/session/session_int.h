@@ -42,8 +42,8 @@
 #define TF_CTL_SEND	       8
 /* Bytes of a control QP's registered slots. */
 #define TF_CTL_BYTES ((size_t)(TF_CTL_RECV + TF_CTL_SEND) * TF_CTL_SLOT)
-/* Queue depths of a connection that takes from the stock (stock.c): the
- * default of connect and accept. */
+/* Queue depths of the stock's QPs (stock.c), the default of connect and
+ * accept: a connection that asks for no deeper queues takes from it. */
 #define TF_STOCK_DEPTH 256u
 /* Unused control QPs a stock keeps for its next entries. */
 #define TF_STOCK_SPARE 4

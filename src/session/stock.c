@@ -12,10 +12,10 @@
  * are registered: the stock's pinned bytes are counted in the node's
  * stats (stock_bytes) next to its entries, hits and misses.
  *
- * Only connections of the default queue depths take from the stock; a
- * connect or accept with TF_SESSION_PARAM_QP of other depths, an empty
- * stock, or a node without one creates its resources itself (the cold
- * path, counted as a miss).  An entry whose set-up failed is discarded,
+ * Connections of queue depths up to the default (256) take from the
+ * stock; a connect or accept with TF_SESSION_PARAM_QP of deeper queues,
+ * an empty stock, or a node without one creates its resources itself (the
+ * cold path; a miss is counted when the stock was empty).  An entry whose set-up failed is discarded,
  * never handed out.
  *
  * The thread sleeps on a condition variable until an entry is taken, then
@@ -174,7 +174,10 @@ bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 	struct tf_stock *k = &node->stock;
 	struct tf_stock_ent e;
 
-	if (!k->cap || sd != TF_STOCK_DEPTH || rd != TF_STOCK_DEPTH)
+	/* Deeper queues than asked for do no harm: the session never has
+	 * more outstanding than the depths it asked for (send_depth and
+	 * recv_depth below). */
+	if (!k->cap || sd > TF_STOCK_DEPTH || rd > TF_STOCK_DEPTH)
 		return false;
 	pthread_mutex_lock(&k->lock);
 	if (!k->n) {

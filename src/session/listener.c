@@ -116,7 +116,11 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 	if (ret)
 		goto err_free;
 	sl = sizeof(sa);
-	getsockname(l->lfd, (struct sockaddr *)&sa, &sl);
+	if (getsockname(l->lfd, (struct sockaddr *)&sa, &sl)) {
+		ret = -errno;
+		tf_log_error(S, "getsockname: %m");
+		goto err_close;
+	}
 	l->port = ntohs(sa.ss_family == AF_INET6
 				? ((struct sockaddr_in6 *)&sa)->sin6_port
 				: ((struct sockaddr_in *)&sa)->sin_port);

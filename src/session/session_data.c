@@ -245,20 +245,19 @@ static int check_rdma(struct tf_session *s, int buf, size_t loff, int exp,
 
 /* A READ or WRITE (@wr has its opcode and immediate).  Only a WRITE with
  * an immediate may be empty: it is then a notification alone. */
-static int rdma(struct tf_session *s, struct tf_send_wr *wr, unsigned right,
-		int buf, size_t loff, int exp, uint64_t roff, uint32_t len,
-		uint64_t wr_id)
+static int rdma(struct tf_session *s, struct tf_send_wr *wr, struct tf_sge *sge,
+		unsigned right, int buf, size_t loff, int exp, uint64_t roff,
+		uint32_t len, uint64_t wr_id)
 {
-	struct tf_sge sge;
 	int ret;
 
 	if (!len && wr->opcode != TF_WR_RDMA_WRITE_WITH_IMM)
 		return -EINVAL;
-	ret = check_rdma(s, buf, loff, exp, roff, len, right, &sge,
+	ret = check_rdma(s, buf, loff, exp, roff, len, right, sge,
 			 &wr->wr.rdma.remote_addr, &wr->wr.rdma.rkey);
 	if (ret)
 		return ret;
-	wr->sg_list = &sge;
+	wr->sg_list = sge;
 	wr->num_sge = len ? 1 : 0;
 	return post_user(s, wr, wr_id);
 }
@@ -266,30 +265,33 @@ static int rdma(struct tf_session *s, struct tf_send_wr *wr, unsigned right,
 int tf_session_write(tf_session_t *s, int buf, size_t loff, int exp,
 		     uint64_t roff, uint32_t len, uint64_t wr_id)
 {
+	struct tf_sge sge;
 	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_WRITE};
 
-	return rdma(s, &wr, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff, len,
-		    wr_id);
+	return rdma(s, &wr, &sge, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff,
+		    len, wr_id);
 }
 
 int tf_session_write_imm(tf_session_t *s, int buf, size_t loff, int exp,
 			 uint64_t roff, uint32_t len, uint32_t imm,
 			 uint64_t wr_id)
 {
+	struct tf_sge sge;
 	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_WRITE_WITH_IMM,
 				.imm_data = imm};
 
-	return rdma(s, &wr, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff, len,
-		    wr_id);
+	return rdma(s, &wr, &sge, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff,
+		    len, wr_id);
 }
 
 int tf_session_read(tf_session_t *s, int buf, size_t loff, int exp,
 		    uint64_t roff, uint32_t len, uint64_t wr_id)
 {
+	struct tf_sge sge;
 	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_READ};
 
-	return rdma(s, &wr, TF_ACCESS_REMOTE_READ, buf, loff, exp, roff, len,
-		    wr_id);
+	return rdma(s, &wr, &sge, TF_ACCESS_REMOTE_READ, buf, loff, exp, roff,
+		    len, wr_id);
 }
 
 static int atomic_op(struct tf_session *s, enum tf_wr_opcode op, int buf,
@@ -327,20 +329,20 @@ int tf_session_cmp_swap(tf_session_t *s, int buf, size_t loff, int exp,
 			 swap, wr_id);
 }
 
-static int send_msg(struct tf_session *s, struct tf_send_wr *wr, int buf,
-		    size_t off, uint32_t len, uint64_t wr_id)
+static int send_msg(struct tf_session *s, struct tf_send_wr *wr,
+		    struct tf_sge *sge, int buf, size_t off, uint32_t len,
+		    uint64_t wr_id)
 {
 	struct tf_sess_buf *b = tf__sess_get_buf(s, buf);
-	struct tf_sge sge;
 
 	if (!b)
 		return -EINVAL;
 	if (off > b->len || len > b->len - off)
 		return -ERANGE;
-	sge.addr = (uintptr_t)b->addr + off;
-	sge.length = len;
-	sge.lkey = b->lkey;
-	wr->sg_list = &sge;
+	sge->addr = (uintptr_t)b->addr + off;
+	sge->length = len;
+	sge->lkey = b->lkey;
+	wr->sg_list = sge;
 	wr->num_sge = len ? 1 : 0;
 	return post_user(s, wr, wr_id);
 }
@@ -348,17 +350,19 @@ static int send_msg(struct tf_session *s, struct tf_send_wr *wr, int buf,
 int tf_session_send(tf_session_t *s, int buf, size_t off, uint32_t len,
 		    uint64_t wr_id)
 {
+	struct tf_sge sge;
 	struct tf_send_wr wr = {.opcode = TF_WR_SEND};
 
-	return send_msg(s, &wr, buf, off, len, wr_id);
+	return send_msg(s, &wr, &sge, buf, off, len, wr_id);
 }
 
 int tf_session_send_imm(tf_session_t *s, int buf, size_t off, uint32_t len,
 			uint32_t imm, uint64_t wr_id)
 {
+	struct tf_sge sge;
 	struct tf_send_wr wr = {.opcode = TF_WR_SEND_WITH_IMM, .imm_data = imm};
 
-	return send_msg(s, &wr, buf, off, len, wr_id);
+	return send_msg(s, &wr, &sge, buf, off, len, wr_id);
 }
 
 int tf_session_recv(tf_session_t *s, int buf, size_t off, uint32_t len,

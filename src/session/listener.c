@@ -69,7 +69,7 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 	uint32_t flags = (fm & TF_LISTENER_PARAM_FLAGS) ? params->flags : 0;
 	struct epoll_event ev = {.events = EPOLLIN};
 	struct tf_sess_addrs addrs;
-	struct sockaddr_storage sa;
+	struct sockaddr_storage sa = {.ss_family = AF_UNSPEC};
 	socklen_t sl;
 	struct tf_listener *l;
 	int ret;

@@ -72,7 +72,7 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 	struct sockaddr_storage sa = {.ss_family = AF_UNSPEC};
 	socklen_t sl;
 	struct tf_listener *l;
-	int ret;
+	int ret = -EINVAL;
 
 	if (!node || !l_p || backlog <= 0 || (flags & ~TF_LISTENER_BUSY_POLL))
 		return -EINVAL;

@@ -302,7 +302,7 @@ static void check_reply(struct reply *r, struct client *cl, bool opened)
 
 	while (next_msg(r, &rx)) {
 		struct tf_wire_accept acc;
-		int err;
+		struct tf_wire_reject rej;
 
 		if (cl->keys) {
 			/* Only the handshake's last answer is bound to the
@@ -323,9 +323,9 @@ static void check_reply(struct reply *r, struct client *cl, bool opened)
 			break;
 		case TF_WIRE_REJECT:
 			FUZZ_CHECK(first && !opened);
-			FUZZ_CHECK(tf__wire_parse_reject(&rx, &err) == 0);
+			FUZZ_CHECK(tf__wire_parse_reject(&rx, &rej) == 0);
 			/* The server opens what the client sealed. */
-			FUZZ_CHECK(!cl->keys || err != -TF_EAUTH);
+			FUZZ_CHECK(!cl->keys || rej.err != -TF_EAUTH);
 			break;
 		case TF_WIRE_CLOSE:
 			FUZZ_CHECK(!first && opened);

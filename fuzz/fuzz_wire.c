@@ -154,7 +154,8 @@ static int parse_all(const struct tf_wire_rx *rx)
 	struct tf_wire_hello hello;
 	struct tf_wire_open req;
 	struct tf_wire_msg m;
-	int ret, err, ok = 0;
+	struct tf_wire_reject rej;
+	int ret, ok = 0;
 
 	ret = tf__wire_parse_hello(rx, &hello);
 	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
@@ -221,19 +222,27 @@ static int parse_all(const struct tf_wire_rx *rx)
 		add_exposures(rx, &m, &acc.exps);
 	}
 
-	err = 0;
-	ret = tf__wire_parse_reject(rx, &err);
+	rej.err = 0;
+	ret = tf__wire_parse_reject(rx, &rej);
 	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
 	if (!ret) {
 		ok++;
 		FUZZ_CHECK(rx->h.op == TF_WIRE_REJECT);
-		FUZZ_CHECK(err < 0 && err >= -4096);
-		FUZZ_CHECK(tf_strerror(err) != NULL);
-		tf__wire_init(&m, TF_WIRE_REJECT);
-		tf__wire_put_u32(&m, (uint32_t)-err);
+		FUZZ_CHECK(rej.err < 0 && rej.err >= -4096);
+		FUZZ_CHECK(tf_strerror(rej.err) != NULL);
+		/* The names of a -TF_EPEER refusal are kept only when both
+		 * are well formed; two empty ones re-encode as none (still a
+		 * prefix of the body). */
+		FUZZ_CHECK(rej.err == -TF_EPEER ||
+			   (!rej.provider[0] && !rej.transport[0]));
+		if (rej.provider[0] || rej.transport[0])
+			tf__wire_put_reject(&m, rej.err, rej.provider,
+					    rej.transport);
+		else
+			tf__wire_put_reject(&m, rej.err, NULL, NULL);
 		check_prefix(rx, &m);
 	} else {
-		FUZZ_CHECK(err == 0);
+		FUZZ_CHECK(rej.err == 0);
 	}
 
 	ret = tf__wire_parse_expose(rx, &ex);

@@ -4,7 +4,8 @@
 # Usage: scripts/deps.sh build|test|bench
 set -euo pipefail
 
-build_pkgs="build-essential cmake pkg-config libibverbs-dev libssl-dev"
+build_pkgs="build-essential cmake pkg-config libibverbs-dev librdmacm-dev
+	    libssl-dev"
 test_pkgs="$build_pkgs clang libclang-rt-14-dev clang-format iproute2
 	   rdma-core ibverbs-providers qemu-system-x86 busybox-static cpio kmod
 	   xz-utils"

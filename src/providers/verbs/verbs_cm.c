@@ -495,14 +495,11 @@ static struct rdma_cm_id *on_event(struct tf_verbs_ctx *c,
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		/* iWARP's kernel moved the QP to the error state; ours is
-		 * not rdma_cm's on IB and RoCE, so move it ourselves. */
-		atomic_store(&qp->cm_broken, true);
-		if (!c->iwarp) {
-			struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
-
-			ibv_modify_qp(qp->ibqp, &a, IBV_QP_STATE);
-		}
+		/* iWARP's kernel moved the QP to the error state.  On IB and
+		 * RoCE the QP is ours, not rdma_cm's, and stays as it is: a
+		 * dead peer shows as retries exceeded, as without rdma_cm. */
+		if (c->iwarp)
+			atomic_store(&qp->cm_broken, true);
 		pthread_mutex_lock(&cm->lock);
 		if (qp->cm_state == VERBS_CM_CONNECTING)
 			set_state(cm, qp, VERBS_CM_FAILED, -ECONNRESET);

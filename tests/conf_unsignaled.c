@@ -163,7 +163,7 @@ static void side_a(struct tf_pair *p)
 		 * still in order.  Put the completions in posting order
 		 * (a stable merge of reads and the others). */
 		if (tf_test_quirk(p, TF_QUIRK_SIW_READ_ORDER, "mixed chain")) {
-			struct tf_wc in_order[16];
+			struct tf_wc in_order[16] = {{0}};
 			int nr = 0, no = 0;
 
 			for (int i = 0; i < n; i++) {

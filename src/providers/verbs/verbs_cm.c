@@ -444,12 +444,10 @@ static void on_active(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE:
-		ret = -TF_EPEER;
-		break;
 	case RDMA_CM_EVENT_REJECTED:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
-		/* The peer refused (no such QP, not the QP it expects), or
-		 * its side went away: as unreachable as a bad address. */
+		/* No route, or the peer refused (no such QP, not the QP it
+		 * expects) or went away: the peer cannot be reached. */
 		ret = -TF_EPEER;
 		break;
 	default:

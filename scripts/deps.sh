@@ -4,11 +4,12 @@
 # Usage: scripts/deps.sh build|test|bench
 set -euo pipefail
 
-build_pkgs="build-essential cmake pkg-config libibverbs-dev libssl-dev"
+build_pkgs="build-essential cmake pkg-config libibverbs-dev librdmacm-dev
+	    libssl-dev"
 test_pkgs="$build_pkgs clang libclang-rt-14-dev clang-format iproute2
 	   rdma-core ibverbs-providers qemu-system-x86 busybox-static cpio kmod
-	   xz-utils"
-bench_pkgs="$build_pkgs ucx-utils libfabric-bin sockperf"
+	   xz-utils perftest gcc-12 make"
+bench_pkgs="$build_pkgs ucx-utils libfabric-bin sockperf perftest"
 
 case "${1:-build}" in
 build) want=$build_pkgs ;;

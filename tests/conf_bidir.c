@@ -35,16 +35,41 @@ static int qp_index(const struct tf_wc *wc, const struct tf_test_qp *q)
 		     tf_test_wc_str(wc));
 }
 
-static void check_send(const struct tf_wc *wc, const struct tf_test_qp *q,
-		       int *nsend)
+/* The WRs of a QP are posted write, send, read, write, ... (k % 3 == 2:
+ * a read). */
+static bool is_read(int k)
 {
-	int j = qp_index(wc, q);
+	return k % 3 == 2;
+}
+
+/*
+ * Send completions of a QP come in posting order: @nsend[j] is the next
+ * WR expected.  Under TF_QUIRK_SIW_READ_ORDER reads and the others are
+ * each in posting order: @nsend[j] is the next non-read, @nread[j] the
+ * next read.
+ */
+static void check_send(struct tf_pair *p, const struct tf_wc *wc,
+		       const struct tf_test_qp *q, int *nsend, int *nread)
+{
+	static int quirk = -1;
+	int j = qp_index(wc, q), k, want;
 
 	CHECKF(wc->status == TF_WC_SUCCESS, "%s", tf_test_wc_str(wc));
-	CHECKF(wc->wr_id == (uint64_t)(j * 1000 + nsend[j]),
-	       "QP %d: send completion %llu, expected %d (order)", j,
-	       (unsigned long long)wc->wr_id, j * 1000 + nsend[j]);
-	nsend[j]++;
+	k = (int)(wc->wr_id - (uint64_t)(j * 1000));
+	if (quirk < 0)
+		quirk = tf_test_quirk(p, TF_QUIRK_SIW_READ_ORDER,
+				      "send completion order");
+	if (!quirk) {
+		want = nsend[j]++;
+	} else {
+		int *next = is_read(k) ? &nread[j] : &nsend[j];
+
+		while (is_read(*next) != is_read(k))
+			(*next)++;
+		want = (*next)++;
+	}
+	CHECKF(k == want, "QP %d: send completion %llu, expected %d (order)", j,
+	       (unsigned long long)wc->wr_id, j * 1000 + want);
 }
 
 static void check_recv(const struct tf_wc *wc, const struct tf_test_qp *q,
@@ -70,7 +95,7 @@ int main(void)
 	tf_cq_params_t cqp = {.field_mask = TF_CQ_PARAM_DEPTH, .depth = 256};
 	tf_qp_params_t qpp = {0};
 	struct tf_pair p;
-	int me, peer, nsend[NQP] = {0}, nrecv[NQP] = {0};
+	int me, peer, nsend[NQP] = {0}, nread[NQP] = {0}, nrecv[NQP] = {0};
 	int left_s = NQP * (NW + NS + NR), left_r = NQP * NS;
 
 	tf_test_begin("conf_bidir");
@@ -188,7 +213,7 @@ int main(void)
 		bool got = false;
 
 		if (left_s && tf_cq_poll(scq, 1, &wc) == 1) {
-			check_send(&wc, q, nsend);
+			check_send(&p, &wc, q, nsend, nread);
 			left_s--;
 			got = true;
 		}

@@ -18,6 +18,9 @@ int main(void)
 
 	tf_test_begin("conf_err_len");
 	tf_test_pair_start(&p, NULL);
+	tf_test_require_caps(
+		&p, TF_CAP_REMOTE_ACK,
+		"remote errors in send completions (TF_CAP_REMOTE_ACK)");
 	tf_test_tolerate_log(true);
 	tf_test_buf_alloc(&p, p.pd, TF_MEM_LIB, 4096, TF_ACCESS_LOCAL_WRITE,
 			  &b);

@@ -109,7 +109,8 @@ static void run_case(struct tf_pair *p, enum lcase c, struct tf_test_buf *t,
 	CHECKF(wc.wr_id == 1 &&
 		       (wc.status == TF_WC_LOC_PROT_ERR ||
 			(wc.status == TF_WC_LOC_QP_OP_ERR &&
-			 tf_test_quirk(p, TF_QUIRK_RXE_LKEY_ERR, names[c]))),
+			 (tf_test_quirk(p, TF_QUIRK_RXE_LKEY_ERR, names[c]) ||
+			  tf_test_quirk(p, TF_QUIRK_SIW_LKEY_ERR, names[c])))),
 	       "case '%s': got %s, expected local protection error", names[c],
 	       tf_test_wc_str(&wc));
 	wr.wr_id = 2;

@@ -83,6 +83,9 @@ int main(void)
 
 	tf_test_begin("conf_err_rnr");
 	tf_test_pair_open(&p);
+	tf_test_require_caps(&p, TF_CAP_REMOTE_ACK,
+			     "receiver-not-ready retries (TF_CAP_REMOTE_ACK; "
+			     "iWARP has no RNR)");
 	tf_test_buf_alloc(&p, p.pd, TF_MEM_MALLOC, 4096, TF_ACCESS_LOCAL_WRITE,
 			  &b);
 	tf_test_tolerate_log(true);

@@ -180,6 +180,9 @@ int main(void)
 
 	tf_test_begin("conf_flush");
 	tf_test_pair_start(&p, NULL);
+	tf_test_require_caps(&p, TF_CAP_REMOTE_ACK,
+			     "remote errors in send completions and RNR waits "
+			     "(TF_CAP_REMOTE_ACK)");
 	/* The provider may log the failures provoked here. */
 	tf_test_tolerate_log(true);
 	tf_test_buf_alloc(&p, p.pd, TF_MEM_MALLOC, 4096,

@@ -162,6 +162,9 @@ int main(void)
 
 	tf_test_begin("conf_peer_kill");
 	tf_test_pair_start(&p, &qpp);
+	tf_test_require_caps(
+		&p, TF_CAP_REMOTE_ACK,
+		"retry-exceeded errors for a dead peer (TF_CAP_REMOTE_ACK)");
 	/* Losing the peer may be logged. */
 	tf_test_tolerate_log(true);
 	if (p.side == TF_SIDE_B)

@@ -328,6 +328,9 @@ int main(void)
 
 	tf_test_begin("conf_protection");
 	tf_test_pair_open(&p);
+	tf_test_require_caps(
+		&p, TF_CAP_REMOTE_ACK,
+		"remote access errors in send completions (TF_CAP_REMOTE_ACK)");
 	/* Providers may log the refused accesses. */
 	tf_test_tolerate_log(true);
 	/* B: the target memory (its MRs are per case) and the canary; A: the

@@ -118,6 +118,8 @@ int main(void)
 
 	tf_test_begin("conf_session_imm");
 	tf_test_pair_open(&p);
+	tf_test_require_caps(&p, TF_CAP_IMM_DATA,
+			     "immediate data (iWARP has none)");
 	node = st_node(&p, -1, NULL, 0);
 	if (p.side == TF_SIDE_B) {
 		tf_listener_t *l;

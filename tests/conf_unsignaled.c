@@ -159,6 +159,35 @@ static void side_a(struct tf_pair *p)
 			if (!r)
 				tf_test_progress_for(p, 1);
 		}
+		/* siw: reads complete after the WRs behind them; each kind
+		 * still in order.  Put the completions in posting order
+		 * (a stable merge of reads and the others). */
+		if (tf_test_quirk(p, TF_QUIRK_SIW_READ_ORDER, "mixed chain")) {
+			struct tf_wc in_order[16] = {{0}};
+			int nr = 0, no = 0;
+
+			for (int i = 0; i < n; i++) {
+				bool rd = ops[i] == TF_WR_RDMA_READ;
+				int seen = 0;
+
+				/* The (rd ? nr : no)-th completion of
+				 * this kind. */
+				for (int k = 0; k < n; k++) {
+					bool krd = wcs[k].opcode ==
+						   TF_WC_RDMA_READ;
+
+					if (krd == rd &&
+					    seen++ == (rd ? nr : no)) {
+						in_order[i] = wcs[k];
+						break;
+					}
+				}
+				CHECKF(seen > (rd ? nr : no),
+				       "no completion %d of the chain", i);
+				rd ? nr++ : no++;
+			}
+			memcpy(wcs, in_order, sizeof(wcs[0]) * (size_t)n);
+		}
 		for (int i = 0; i < n; i++)
 			CHECKF(wcs[i].wr_id == 5000 + (uint64_t)i &&
 				       wcs[i].status == TF_WC_SUCCESS &&

@@ -873,17 +873,23 @@ bool tf_test_quirk(struct tf_pair *p, enum tf_test_quirk q, const char *what)
 					  "only its region's",
 		[TF_QUIRK_RXE_BIND_MR_PD] = "rxe: bind over a region of "
 					    "another PD accepted",
+		[TF_QUIRK_SIW_READ_ORDER] = "siw: a READ completes after WRs "
+					    "posted behind it",
+		[TF_QUIRK_SIW_LKEY_ERR] = "siw: invalid lkey reported as "
+					  "LOC_QP_OP_ERR",
 	};
+	/* The driver is the name's first three letters ("rxe", "siw"). */
+	const char *drv = q >= TF_QUIRK_SIW_READ_ORDER ? "siw" : "rxe";
 	const char *env = getenv("TOLLFREE_TEST_QUIRKS");
 	bool on;
 
 	if (env && !strcmp(env, "none"))
 		on = false;
-	else if (env && !strcmp(env, "rxe"))
-		on = true;
+	else if (env && (!strcmp(env, "rxe") || !strcmp(env, "siw")))
+		on = !strcmp(env, drv);
 	else
 		on = !strcmp(p->caps.provider, "verbs") &&
-		     !strncmp(p->caps.device, "rxe", 3);
+		     !strncmp(p->caps.device, drv, 3);
 	if (on)
 		tf_test_info("known kernel deviation tolerated (%s): %s", what,
 			     names[q]);

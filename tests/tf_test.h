@@ -346,12 +346,14 @@ void tf_test_progress_for(struct tf_pair *p, int ms);
 bool tf_test_private_netns(void);
 
 /*
- * Known deviations of the kernel's rxe driver (Debian 12, Linux 6.1) from
- * the verbs man pages and the IBTA spec, which the verbs provider cannot
- * hide.  They are tolerated only when the context is the verbs provider
- * on an rxe device (or TOLLFREE_TEST_QUIRKS=rxe; =none disables them),
- * and every time one is used a line says so.  Everything else is held to
- * the spec on every provider.
+ * Known deviations of the kernel's rxe and siw drivers (Debian 12, Linux
+ * 6.1) from the verbs man pages and the IBTA spec, which the verbs
+ * provider cannot hide.  They are tolerated only when the context is the
+ * verbs provider on a device of that driver (or TOLLFREE_TEST_QUIRKS=rxe
+ * or siw; =none disables them), and every time one is used a line says
+ * so.  Everything else is held to the spec on every provider; what a
+ * protocol lacks (iWARP: no immediate data, no RNR, no remote errors in
+ * send completions) is a capability flag instead.
  */
 enum tf_test_quirk {
 	/* A SEND larger than the receive: the receiver gets LOC_QP_OP_ERR
@@ -369,6 +371,16 @@ enum tf_test_quirk {
 	/* BIND_MW over a region of another PD is accepted (the check came
 	 * with a 2025 kernel patch). */
 	TF_QUIRK_RXE_BIND_MR_PD,
+	/* siw (Linux 6.1) completes a SEND or WRITE once it is sent and a
+	 * READ once its response arrives, so a READ's completion comes
+	 * after those of WRs posted behind it (the verbs say: in posting
+	 * order).  READs complete in order among themselves, the others
+	 * too. */
+	TF_QUIRK_SIW_READ_ORDER,
+	/* An invalid lkey (or SGE) on the send side gives LOC_QP_OP_ERR
+	 * instead of LOC_PROT_ERR (siw_qp_sq_process reports every local
+	 * transmit error so). */
+	TF_QUIRK_SIW_LKEY_ERR,
 };
 /* True if quirk @q applies to @p (and says so, with @what). */
 bool tf_test_quirk(struct tf_pair *p, enum tf_test_quirk q, const char *what);

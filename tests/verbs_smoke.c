@@ -229,6 +229,10 @@ static void test_write_read(void)
 	wait_ok(A.cq, 2, TF_WC_RDMA_READ);
 	CHECK_FILL(A.buf + 4096, 3000, 2);
 
+	if (!(caps.flags & TF_CAP_IMM_DATA)) {
+		tf_test_partial_skip("no TF_CAP_IMM_DATA: RDMA_WRITE_WITH_IMM");
+		return;
+	}
 	/* WRITE_WITH_IMM consumes a receive at B. */
 	post_recv(&B, 77, 0, 0);
 	tf_test_fill(A.buf, 100, 3);
@@ -254,6 +258,11 @@ static void test_send(void)
 	struct tf_wc wc;
 
 	/* Gather from three pieces of A into one receive at B. */
+	if (!(caps.flags & TF_CAP_IMM_DATA)) {
+		tf_test_partial_skip("no TF_CAP_IMM_DATA: SEND_WITH_IMM");
+		wr.opcode = TF_WR_SEND;
+		wr.imm_data = 0;
+	}
 	tf_test_fill(A.buf, 3000, 4);
 	for (int i = 0; i < 3; i++)
 		sg[i] = (struct tf_sge){(uintptr_t)A.buf + 1000 * (unsigned)i,
@@ -262,8 +271,8 @@ static void test_send(void)
 	post(A.qp, &wr);
 	wait_ok(A.cq, 10, TF_WC_SEND);
 	wc = wait_ok(B.cq, 11, TF_WC_RECV);
-	CHECK(wc.byte_len == 3000 && wc.imm_data == 0xdeadbeef);
-	CHECK(wc.flags == TF_WC_WITH_IMM);
+	CHECK(wc.byte_len == 3000 && wc.imm_data == wr.imm_data);
+	CHECK(wc.flags == (wr.imm_data ? TF_WC_WITH_IMM : 0u));
 	CHECK_FILL(B.buf + 32768, 3000, 4);
 
 	/* Inline: the payload is copied at post time. */
@@ -512,12 +521,17 @@ static void test_errors(void)
 	tf_context_stats_t st;
 	struct tf_wc wc;
 
-	/* Bad rkey on WRITE. */
-	rdma(TF_WR_RDMA_WRITE, 61, 0, 0, 64, tf_mr_rkey(B.mr) ^ 0x100);
+	/* Bad rkey on WRITE; on iWARP, where a WRITE completes once sent
+	 * (no TF_CAP_REMOTE_ACK), on READ, which waits for the peer. */
+	if (caps.flags & TF_CAP_REMOTE_ACK)
+		rdma(TF_WR_RDMA_WRITE, 61, 0, 0, 64, tf_mr_rkey(B.mr) ^ 0x100);
+	else
+		rdma(TF_WR_RDMA_READ, 61, 0, 0, 64, tf_mr_rkey(B.mr) ^ 0x100);
 	wc = wait1(A.cq);
 	CHECK(wc.wr_id == 61 && wc.status != TF_WC_SUCCESS);
 	CHECK(wc.qp == A.qp && tf_qp_state(A.qp) == TF_QPS_ERR);
-	tf_test_info("observe: WRITE with a bad rkey: %s; responder %s",
+	tf_test_info("observe: %s with a bad rkey: %s; responder %s",
+		     caps.flags & TF_CAP_REMOTE_ACK ? "WRITE" : "READ",
 		     tf_wc_status_str(wc.status), responder_state());
 	/* Work posted in the error state is flushed. */
 	post(A.qp, &wr);
@@ -549,14 +563,20 @@ static void test_errors(void)
 	}
 	connect_pair(0);
 
-	/* RNR with rnr_retry 0: no receive posted. */
-	wr.wr_id = 64;
-	post(A.qp, &wr);
-	wc = wait1(A.cq);
-	tf_test_info("observe: SEND without a receive, rnr_retry 0: %s",
-		     tf_wc_status_str(wc.status));
-	CHECK(wc.status == TF_WC_RNR_RETRY_EXC_ERR);
-	connect_pair(7);
+	/* RNR with rnr_retry 0: no receive posted.  iWARP has no RNR. */
+	if (caps.flags & TF_CAP_REMOTE_ACK) {
+		wr.wr_id = 64;
+		post(A.qp, &wr);
+		wc = wait1(A.cq);
+		tf_test_info("observe: SEND without a receive, rnr_retry 0: "
+			     "%s",
+			     tf_wc_status_str(wc.status));
+		CHECK(wc.status == TF_WC_RNR_RETRY_EXC_ERR);
+		connect_pair(7);
+	} else {
+		tf_test_partial_skip("no TF_CAP_REMOTE_ACK: receiver not "
+				     "ready");
+	}
 
 	/* set_error flushes posted receives. */
 	post_recv(&B, 65, 0, 64);

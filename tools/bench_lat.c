@@ -701,6 +701,14 @@ bad:
 	return -1;
 }
 
+/* Whether the device is a software NIC of the kernel (rxe, siw). */
+static bool soft_nic(const struct bench_common *cm)
+{
+	return cm->provider && !strcmp(cm->provider, "verbs") && cm->device &&
+	       (!strncmp(cm->device, "rxe", 3) ||
+		!strncmp(cm->device, "siw", 3));
+}
+
 int cmd_lat(int argc, char **argv)
 {
 	struct bench_opts o = {
@@ -725,6 +733,17 @@ int cmd_lat(int argc, char **argv)
 		cpu_a = -1;
 		snprintf(pin_note, sizeof(pin_note),
 			 "(one CPU: not pinned, yielding)");
+	} else if (soft_nic(&o.cm)) {
+		/* rxe and siw are kernel work (softirqs, kernel threads) on
+		 * these CPUs: with each CPU held by a spinner it runs only
+		 * when the scheduler preempts one, at its tick, and a round
+		 * trip takes milliseconds.  Not pinned and yielding, the
+		 * spinners leave it room. */
+		spin_yield = true;
+		cpu_a = cpu_b = -1;
+		snprintf(pin_note, sizeof(pin_note),
+			 "(%s: software NIC, not pinned, yielding)",
+			 o.cm.device);
 	} else {
 		snprintf(pin_note, sizeof(pin_note),
 			 "(client cpu %d, server cpu %d)", cpu_a, cpu_b);

@@ -72,6 +72,9 @@ static const struct {
 	{TF_CAP_MEM_ALLOC, "mem_alloc"},
 	{TF_CAP_CQ_FD, "cq_fd"},
 	{TF_CAP_INLINE, "inline"},
+	{TF_CAP_IMM_DATA, "imm_data"},
+	{TF_CAP_RDMA_CM, "rdma_cm"},
+	{TF_CAP_REMOTE_ACK, "remote_ack"},
 };
 
 /*

@@ -17,6 +17,11 @@
 #     1 KiB put + flush, endpoint close, unmap) with UCX_TLS=tcp, next to
 #     tollfree-bench crr with the same work (K=1, S=1 KiB, mode
 #     pool+mw/new) on the soft provider, tcp and shm;
+#   - rxe: perftest (ib_write_lat, ib_read_lat, ib_send_lat) beside
+#     tollfree-bench lat --provider verbs on Soft-RoCE in a qemu guest,
+#     both ends in the guest (tests/vm/run.sh with TOLLFREE_VM_TESTS=none:
+#     minutes under TCG, where only the ratios mean something; RXE=0
+#     leaves it out);
 # and prints ONE table: what, transport, size, the median in microseconds
 # (one-way latency, or time per session for kind "session"), and the ratio
 # to the tollfree row of the same transport class, kind (put/write,
@@ -28,7 +33,9 @@
 # those rows are skipped).
 #
 # Environment: BUILD_DIR (default <repo>/build-peers, configured if new and
-# always rebuilt), ITERS (default 10000), PORT_BASE (default 20100; every port
+# always rebuilt), RXE (1: the qemu rxe rows, 0: none; the guest's own
+# settings are tests/vm/run.sh's TOLLFREE_VM_*), ITERS (default 10000),
+# PORT_BASE (default 20100; every port
 # used is below 32768), RUN_TIMEOUT (seconds per run, default 120), FI_RUNS
 # (fi_pingpong repetitions, default 5), SESSIONS (per session row, default
 # 300).
@@ -329,10 +336,40 @@ for tp in tcp shm; do
 	fi
 done
 
+# ------------------------------------------------------------ rxe (qemu)
+# perftest and tollfree-bench lat on rxe0 in a qemu guest: the guest side
+# is tests/vm/run.sh, which runs each tool TOLLFREE_VM_PEERS_REPS times and
+# writes the best typical latency of each to peers.txt ("op bytes
+# perftest_us tollfree_us ratio runs").  Kinds: write put, read get, send
+# msg; the ratio column of the table compares with the tollfree row of the
+# same kind and size on rxe.
+if [ "${RXE:-1}" = 1 ] && [ -x "$repo/tests/vm/run.sh" ] &&
+	[ -x "$bench" ]; then
+	log "rxe: perftest beside tollfree-bench lat in a qemu guest"
+	if TOLLFREE_VM_TESTS=none TOLLFREE_VM_WORK="$work/vm" \
+		timeout $((tmo * 10)) "$repo/tests/vm/run.sh" "$build" \
+		>"$work/vm.log" 2>&1 && [ -s "$work/vm/peers.txt" ]; then
+		runs=$(awk 'NR == 1 {print $6}' "$work/vm/peers.txt")
+		while read -r op sz perf tf _ _; do
+			case $op in
+			write) kind="put" ;;
+			read) kind="get" ;;
+			*) kind="msg" ;;
+			esac
+			add_row "perftest ib_${op}_lat" rxe "$kind" "$sz" "$perf" \
+				"rxe0 in qemu (TCG), best of $runs runs"
+			add_row "tollfree-bench $op" rxe "$kind" "$sz" "$tf" \
+				"verbs provider, rxe0, best of $runs runs"
+		done <"$work/vm/peers.txt"
+	else
+		log "rxe rows skipped: $(grep -v '^$' "$work/vm.log" | tail -2)"
+	fi
+fi
+
 # ------------------------------------------------------------ table
 # Ratio: this row's latency divided by tollfree's for the same transport
-# class (shm or tcp), kind (put: RDMA WRITE; msg and the floor: SEND) and
-# size; above 1 means slower than tollfree.
+# class (shm, tcp or rxe), kind (put: RDMA WRITE; get: RDMA READ; msg and
+# the floor: SEND) and size; above 1 means slower than tollfree.
 {
 	echo "# tollfree peers: $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -r)"
 	echo "# cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), nproc $(nproc), iterations $iters"
@@ -350,7 +387,7 @@ done
 		       "note"
 		for (i = 1; i <= NR; i++) {
 			k = (kind[i] == "floor" ? "msg" : kind[i])
-			cls = (tp[i] == "tcp" ? "tcp" : "shm")
+			cls = (tp[i] == "tcp" || tp[i] == "rxe" ? tp[i] : "shm")
 			r = ref[cls "|" k "|" size[i]]
 			ratio = (r > 0 ? sprintf("%.2f", med[i] / r) : "-")
 			printf "%-30s %-9s %-8s %6s %12.3f %10s  %s\n",

@@ -83,6 +83,13 @@ enum tf_cap_flags {
 	TF_CAP_MEM_ALLOC = 1u << 5, /* tf_mem_alloc gives faster memory */
 	TF_CAP_CQ_FD = 1u << 6,	    /* completion fd for blocking waits */
 	TF_CAP_INLINE = 1u << 7,    /* inline sends */
+	TF_CAP_IMM_DATA = 1u << 8,  /* SEND/RDMA_WRITE_WITH_IMM */
+	TF_CAP_RDMA_CM = 1u << 9,   /* QPs connect through rdma_cm */
+	/* SEND and WRITE complete once the responder acknowledged them, so
+	 * their completions carry its errors (remote access, length, RNR)
+	 * and RNR retries exist: IB and RoCE.  iWARP completes them once
+	 * sent; a responder's error ends the connection instead. */
+	TF_CAP_REMOTE_ACK = 1u << 10,
 };
 
 /* What a context can do.  Filled by tf_context_query_caps(). */
@@ -100,9 +107,12 @@ typedef struct tf_caps {
 	char provider[16];
 	char device[64];
 	/* soft: "shm", "tcp", or "auto" and what it has chosen at connects
-	 * so far ("auto:shm", "auto:tcp", "auto:shm+tcp"); verbs: RoCE/IB */
+	 * so far ("auto:shm", "auto:tcp", "auto:shm+tcp"); verbs: RoCE, IB
+	 * or iWARP */
 	char transport[16];
-	uint64_t reserved[8];
+	uint32_t max_sge_rd; /* SGEs of an RDMA_READ (<= max_sge) */
+	uint32_t reserved32;
+	uint64_t reserved[7];
 } tf_caps_t;
 
 /* tf_context_query_caps - fill @caps.  Thread-safe. */

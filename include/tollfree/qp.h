@@ -173,7 +173,9 @@ int tf_qp_destroy(tf_qp_t *qp);
 int tf_qp_get_addr(tf_qp_t *qp, void *buf, size_t *len_p);
 /*
  * tf_qp_connect - connect to the peer QP whose blob is @addr, moving the QP
- * through RTR to RTS.  The blob is checked: -TF_EWIRE if malformed,
+ * through RTR to RTS.  Through rdma_cm (TF_CAP_RDMA_CM) the connection
+ * completes in the background and the first send waits for it (-ENOTCONN
+ * if it failed).  The blob is checked: -TF_EWIRE if malformed,
  * -TF_EVERSION for an unknown version, -TF_EPEER if it belongs to another
  * provider or cannot be reached.  Serialize per QP.
  */

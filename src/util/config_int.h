@@ -151,7 +151,12 @@
 	   "else 0)")                                                          \
 	XX(verbs, PORT, verbs_port, UINT, "1", "Verbs provider: port number")  \
 	XX(verbs, MTU, verbs_mtu, UINT, "0",                                   \
-	   "Verbs provider: path MTU in bytes (0: the port's active MTU)")
+	   "Verbs provider: path MTU in bytes (0: the port's active MTU)")     \
+	XX(verbs, CM, verbs_cm, STR, "auto",                                   \
+	   "Verbs provider: how QPs connect: auto (rdma_cm on iWARP devices, " \
+	   "which connect no other way; else the address exchange), oob "      \
+	   "(address blobs exchanged by the caller, modify_qp to RTS) or "     \
+	   "rdmacm (librdmacm)")
 
 /* Text values, the pre-shared key (up to 256 bytes) included. */
 #define TF_CONFIG_STR_MAX 260

@@ -7,6 +7,8 @@
 #   loop  rxe0 on a dummy netdev; both sides of a test use rxe0
 #   veth  rxe1 and rxe2 on the two ends of a veth pair, with policy routing
 #         so that the traffic really crosses the veth "wire"
+#   siw   siw0 (soft-iWARP: TCP, rdma_cm connections, no memory windows,
+#         no atomics) on a dummy netdev of its own; both sides use siw0
 # Output protocol on the console (parsed by run.sh), one record a line:
 #   @@TEST <topo> <test> <rc> <seconds>   after a test, followed by its
 #                                         output between @@OUT/@@END lines
@@ -29,7 +31,7 @@ finish() { mark "$1"; echo "@@DONE"; sync; poweroff -f; }
 mark INIT_START "kernel=$(uname -r)"
 
 # shellcheck disable=SC1091 # written by run.sh
-. /tf/config # TEST_TIMEOUT, BENCH, WRAP, TOPOS, exported test settings
+. /tf/config # TEST_TIMEOUT, BENCH, PEERS*, WRAP, TOPOS, test settings
 
 # Modules in dependency order (computed on the host by modprobe).
 while read -r ko args; do
@@ -89,6 +91,17 @@ $IP rule del pref 0 lookup local
 rdma link add rxe1 type rxe netdev veth0 || finish RXE_FAILED
 rdma link add rxe2 type rxe netdev veth1 || finish RXE_FAILED
 if ! wait_gid rxe1 || ! wait_gid rxe2; then finish GID_FAILED; fi
+
+# siw on its own netdev: rdma_cm finds a device by the address it binds
+# to, and an address of dummy0 would be rxe0's as well.
+case " $TOPOS " in
+*" siw "*)
+	$IP link add dummy1 type dummy
+	$IP addr add 10.11.13.1/24 dev dummy1
+	$IP link set dummy1 up
+	rdma link add siw0 type siw netdev dummy1 || finish SIW_FAILED
+	;;
+esac
 mark NET_UP
 rdma link show
 
@@ -124,10 +137,99 @@ for topo in $TOPOS; do
 	case $topo in
 	loop) run_topo loop rxe0 rxe0 ;;
 	veth) run_topo veth rxe1 rxe2 ;;
+	siw)
+		# siw charges registrations to RLIMIT_MEMLOCK even for root
+		# (siw_reg_user_mr), rxe does not (CAP_IPC_LOCK); the
+		# default 8 MiB cannot hold a node's pool.  Deployments raise
+		# it (limits.conf), and so does this subshell.
+		(
+			# shellcheck disable=SC3045 # busybox sh has it
+			ulimit -l unlimited
+			run_topo siw siw0 siw0
+		)
+		;;
 	esac
 	# Proof that the two-device runs used the veth wire, not lo.
 	echo "@@VETH $topo=$(($(veth_packets) - P0))"
 done
+
+# The GID index of @1's IPv4-mapped RoCE v2 entry (what
+# TOLLFREE_VERBS_GID_INDEX=auto picks), for perftest's -x.
+gid_index() {
+	for g in "/sys/class/infiniband/$1"/ports/1/gids/*; do
+		i=${g##*/}
+		case "$(cat "$g" 2>/dev/null)" in
+		0000:0000:0000:0000:0000:ffff:*)
+			t=$(cat "/sys/class/infiniband/$1/ports/1/gid_attrs/types/$i" \
+				2>/dev/null)
+			[ "$t" = "RoCE v2" ] && echo "$i" && return 0
+			;;
+		esac
+	done
+	echo 0
+}
+
+# perftest beside tollfree-bench lat on rxe0, both ends in this guest:
+# ib_{write,read,send}_lat and tollfree-bench lat --provider verbs at the
+# same sizes, PEERS_REPS times each.  One record per run:
+#   @@PEER <tool> <op> <size> <t_typical_us> <rep>
+# (nothing for a run whose table is missing: perftest may exit 0 without
+# one, so its output is what counts, not its status).
+run_peers() {
+	gidx=$(gid_index rxe0)
+	port=18515
+	echo "@@PEERS_BEGIN gid=$gidx reps=$PEERS_REPS iters=$PEERS_ITERS"
+	rep=1
+	while [ "$rep" -le "$PEERS_REPS" ]; do
+		for op in write read send; do
+			for sz in 8 1024; do
+				port=$((port + 1))
+				args="-d rxe0 -x $gidx -s $sz -n $PEERS_ITERS -F -p $port"
+				# shellcheck disable=SC2086 # args are words
+				timeout 60 "/tf/bin/ib_${op}_lat" $args \
+					>/tmp/perf.srv 2>&1 &
+				srv=$!
+				# The client retries until the server listens.
+				i=0
+				while [ $i -lt 50 ]; do
+					# shellcheck disable=SC2086
+					timeout 60 "/tf/bin/ib_${op}_lat" $args \
+						127.0.0.1 >/tmp/perf.cli 2>&1 &&
+						break
+					grep -q "Couldn't connect" /tmp/perf.cli ||
+						break
+					sleep 0.2
+					i=$((i + 1))
+				done
+				wait "$srv"
+				v=$(awk -v s="$sz" '$1 == s && NF >= 7 {print $5}' \
+					/tmp/perf.cli | tail -1)
+				if [ -n "$v" ]; then
+					echo "@@PEER perftest $op $sz $v $rep"
+				else
+					echo "@@PEERFAIL perftest $op $sz rep $rep:" \
+						"$(tail -3 /tmp/perf.cli | tr '\n' ' ')"
+				fi
+			done
+		done
+		TOLLFREE_DEVICE=rxe0 timeout 120 /tf/bin/tollfree-bench lat \
+			--provider verbs --device rxe0 -t write,read,send \
+			-s 8,1024 -n "$PEERS_ITERS" --csv >/tmp/tf.csv 2>&1
+		awk -F, -v r="$rep" '$1 ~ /^(write|read|send)$/ {
+			print "@@PEER tollfree " $1 " " $2 " " $6 " " r }' \
+			/tmp/tf.csv
+		grep -q '^write,' /tmp/tf.csv ||
+			echo "@@PEERFAIL tollfree rep $rep: $(tail -3 /tmp/tf.csv |
+				tr '\n' ' ')"
+		rep=$((rep + 1))
+	done
+	echo "@@PEERS_END"
+}
+
+if [ "$PEERS" = 1 ]; then
+	mark "PEERS perftest"
+	run_peers
+fi
 
 if [ "$BENCH" = 1 ]; then
 	mark "BENCH reg"

@@ -1,17 +1,28 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# run.sh - run tollfree's conformance tests on real kernel Soft-RoCE
-# (rdma_rxe) inside a qemu guest running Debian 12's stock 6.1 kernel.
+# run.sh - run tollfree's conformance tests on real kernel RDMA inside a
+# qemu guest running Debian 12's stock 6.1 kernel: Soft-RoCE (rdma_rxe)
+# and soft-iWARP (siw).
 #
 # Usage: tests/vm/run.sh BUILD_DIR
 #
 # BUILD_DIR is a cmake build directory configured with the verbs provider.
 # Every BUILD_DIR/tests/conf_* executable (plus verbs_smoke, session_ctl_unit
 # and the pool_* and rcache_* tests) runs in the guest with
-# TOLLFREE_PROVIDER=verbs, once on one rxe device (loopback) and once on two
-# rxe devices across a veth pair; the examples run as one more test, and
-# BUILD_DIR/tools/tollfree-bench "reg" runs too when it was built.
+# TOLLFREE_PROVIDER=verbs in three topologies: one rxe device (loopback),
+# two rxe devices across a veth pair, and one siw device (iWARP: rdma_cm
+# connections, no memory windows, no atomics; the tests skip what it
+# lacks and say which capability).  The examples run as one more test, a
+# table counts passes, skips and failures per topology, and
+# BUILD_DIR/tools/tollfree-bench "reg" runs too when it was built.  With
+# perftest installed, ib_write_lat, ib_read_lat and ib_send_lat run beside
+# "tollfree-bench lat --provider verbs" on rxe0 (8 B and 1 KiB, both ends
+# in the guest), and a table gives tollfree's latency over perftest's.
+#
+# Debian's kernels have no siw.ko: tests/vm/siw-module.sh builds it from
+# the kernel's linux-source package (once per kernel, cached); without it
+# the siw topology is left out.
 #
 # Nothing is installed into /boot: the kernel package is fetched with
 # `apt-get download`, unpacked and cached (once per machine) in
@@ -20,12 +31,17 @@
 #   TOLLFREE_VM_WORK    default BUILD_DIR/vm
 # Other knobs: TOLLFREE_VM_TEST_TIMEOUT (per test in the guest, s; 120),
 # TOLLFREE_VM_TIMEOUT (whole guest, s; 900), TOLLFREE_VM_TESTS (space
-# separated test names instead of all), TOLLFREE_VM_KPKG (kernel package),
+# separated test names instead of all; "none": only the perftest
+# comparison), TOLLFREE_VM_KPKG (kernel package),
 # TOLLFREE_VM_MEM (2G), TOLLFREE_VM_SMP (2), TOLLFREE_VM_ENV (space
 # separated VAR=value settings for the tests, e.g. TOLLFREE_LOG_LEVEL=debug),
 # TOLLFREE_VM_WRAP (a command each test runs under, e.g.
 # "strace -f -o /tmp/wrap.out"; its program is copied into the guest, and
-# the last lines of /tmp/wrap.out join the test's output), TOLLFREE_VM_TOPOS ("loop veth").
+# the last lines of /tmp/wrap.out join the test's output), TOLLFREE_VM_TOPOS
+# ("loop veth siw"), TOLLFREE_VM_PEERS (1: the perftest comparison; 0:
+# none), TOLLFREE_VM_PEERS_REPS (runs of each tool, 3; the best counts),
+# TOLLFREE_VM_PEERS_ITERS (iterations a run, 1000).  The perftest table is
+# also written to TOLLFREE_VM_WORK/peers.txt (bench/peers/run.sh reads it).
 #
 # KVM is not used: the build machines' /dev/kvm is a PVM hypervisor that
 # stock kernels cannot run under.  The guest runs under TCG, where timings
@@ -56,6 +72,7 @@ mkdir -p "$CACHE" "$W"
 # ------------------------------------------------------------- packages
 PKGS="qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-providers
       iproute2 xz-utils"
+[ "${TOLLFREE_VM_PEERS:-1}" = 1 ] && PKGS="$PKGS perftest"
 MISSING=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
@@ -116,6 +133,22 @@ if [ ! -f "$K/done" ]; then
 fi
 KROOT="$K/root"
 
+# ------------------------------------------------------------- siw
+# Debian's kernels have no siw.ko: siw-module.sh builds it (once per
+# kernel, cached next to it).  Without it the siw topology is skipped.
+SIW=0
+SIW_WHY=""
+case " ${TOLLFREE_VM_TOPOS:-loop veth siw} " in
+*" siw "*)
+	if SIW_WHY=$("$HERE/siw-module.sh" "$KPKG" "$KROOT" 2>&1 | tail -1); then
+		SIW=1
+		[ -n "$SIW_WHY" ] && log "$SIW_WHY"
+	else
+		log "no siw topology: $SIW_WHY"
+	fi
+	;;
+esac
+
 # ------------------------------------------------------------- initramfs
 TESTS=${TOLLFREE_VM_TESTS:-}
 if [ -z "$TESTS" ]; then
@@ -131,13 +164,30 @@ if [ -z "$TESTS" ]; then
 	# The examples run as one more test (kv_example: see below).
 	[ -x "$BUILD/examples/kv_server" ] && TESTS="$TESTS kv_example"
 fi
-[ -n "$TESTS" ] || die "no test executables in $BUILD/tests"
+# "none": no tests, only the perftest comparison (bench/peers/run.sh).
+[ "$TESTS" = none ] && TESTS=""
+[ -n "$TESTS" ] || [ "${TOLLFREE_VM_TESTS:-}" = none ] ||
+	die "no test executables in $BUILD/tests"
 EXAMPLES=""
 for f in "$BUILD"/examples/*; do
 	[ -f "$f" ] && [ -x "$f" ] && EXAMPLES="$EXAMPLES $f"
 done
 BENCH=0
 [ -x "$BUILD/tools/tollfree-bench" ] && BENCH=1
+# perftest beside tollfree-bench lat (needs both).
+PEERS=${TOLLFREE_VM_PEERS:-1}
+PERFTEST=""
+if [ "$PEERS" = 1 ]; then
+	for t in ib_write_lat ib_read_lat ib_send_lat; do
+		f=$(command -v "$t" || true)
+		[ -n "$f" ] && PERFTEST="$PERFTEST $f"
+	done
+	if [ $BENCH = 0 ] || [ "$(echo "$PERFTEST" | wc -w)" != 3 ]; then
+		log "no perftest comparison: needs perftest and tollfree-bench"
+		PEERS=0
+		PERFTEST=""
+	fi
+fi
 
 R="$W/initramfs"
 rm -rf "$R"
@@ -159,7 +209,11 @@ done
 # dependency reveals: without the crc32 modules "rdma link add" fails
 # with ENOENT.
 : >"$R/etc/modules.order"
-for m in crc32_generic crc32_pclmul rdma_rxe ib_uverbs dummy veth; do
+# rdma_ucm is rdma_cm's user interface (/dev/infiniband/rdma_cm), which
+# iWARP connections (siw) and perftest's -R need.
+MODS="crc32_generic crc32_pclmul rdma_rxe ib_uverbs rdma_ucm dummy veth"
+[ $SIW = 1 ] && MODS="$MODS crc32c_generic siw"
+for m in $MODS; do
 	modprobe -d "$KROOT" -S "$KV" --show-depends "$m" |
 		while read -r cmd ko args; do
 			[ "$cmd" = insmod ] || continue
@@ -175,13 +229,19 @@ done
 # libtollfree.so from the build tree and the rxe verbs provider, which
 # libibverbs dlopen()s.  glibc dlopen()s libgcc_s for thread cancellation.
 PROV=""
-for f in /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so; do
-	[ -f "$f" ] && PROV=$f
-done
-[ -n "$PROV" ] || die "rxe provider library not found (ibverbs-providers)"
 mkdir -p "$R/usr/lib/x86_64-linux-gnu/libibverbs" "$R/etc/libibverbs.d"
-cp "$PROV" "$R$PROV"
-cp /etc/libibverbs.d/rxe.driver "$R/etc/libibverbs.d/"
+DRIVERS=rxe
+[ $SIW = 1 ] && DRIVERS="rxe siw"
+for d in $DRIVERS; do
+	f=""
+	for g in /usr/lib/x86_64-linux-gnu/libibverbs/lib"$d"-rdmav*.so; do
+		[ -f "$g" ] && f=$g
+	done
+	[ -n "$f" ] || die "$d provider library not found (ibverbs-providers)"
+	cp "$f" "$R$f"
+	cp "/etc/libibverbs.d/$d.driver" "$R/etc/libibverbs.d/"
+	PROV="$PROV $f"
+done
 BINS="/usr/sbin/ip /usr/bin/rdma"
 WRAP=${TOLLFREE_VM_WRAP:-}
 if [ -n "$WRAP" ]; then
@@ -202,7 +262,9 @@ if [ -n "$EXAMPLES" ]; then
 	chmod +x "$R/tf/bin/kv_test.sh" "$R/tf/bin/kv_example"
 fi
 [ $BENCH = 1 ] && cp "$BUILD/tools/tollfree-bench" "$R/tf/bin/"
-for f in $BINS "$R"/tf/bin/* "$PROV" /lib/x86_64-linux-gnu/libgcc_s.so.1; do
+for f in $PERFTEST; do cp "$f" "$R/tf/bin/"; done
+# shellcheck disable=SC2086 # PROV is a list
+for f in $BINS "$R"/tf/bin/* $PROV /lib/x86_64-linux-gnu/libgcc_s.so.1; do
 	case "$f" in *.so*) echo "$f" ;; esac
 	ldd "$f" 2>/dev/null |
 		awk '/=>/ && $3 ~ /^\//{print $3} /^[ \t]*\//{print $1}' ||
@@ -216,10 +278,17 @@ done | sort -u | while read -r lib; do
 	mkdir -p "$R$(dirname "$dst")"
 	cp -L "$lib" "$R$dst"
 done
-echo "$TESTS" | tr ' ' '\n' | grep . >"$R/tf/tests"
+{ echo "$TESTS" | tr ' ' '\n' | grep . || true; } >"$R/tf/tests"
 {
 	printf 'TEST_TIMEOUT=%q\nBENCH=%q\n' "$TEST_TIMEOUT" "$BENCH"
-	printf 'WRAP=%q\nTOPOS=%q\n' "$WRAP" "${TOLLFREE_VM_TOPOS:-loop veth}"
+	printf 'PEERS=%q\nPEERS_REPS=%q\nPEERS_ITERS=%q\n' "$PEERS" \
+		"${TOLLFREE_VM_PEERS_REPS:-3}" "${TOLLFREE_VM_PEERS_ITERS:-1000}"
+	TOPOS=""
+	for t in ${TOLLFREE_VM_TOPOS:-loop veth siw}; do
+		[ "$t" = siw ] && [ $SIW = 0 ] && continue
+		TOPOS="$TOPOS $t"
+	done
+	printf 'WRAP=%q\nTOPOS=%q\n' "$WRAP" "$TOPOS"
 } >"$R/tf/config"
 for v in ${TOLLFREE_VM_ENV:-}; do
 	printf 'export %q\n' "$v" >>"$R/tf/config"
@@ -249,14 +318,18 @@ log "guest ran $(($(date +%s) - T_BOOT)) s (qemu rc $QRC)"
 # ------------------------------------------------------------- results
 # One line per test: PASS/FAIL/SKIP, the skip reason or the failure's
 # last lines, then a table.  Test output is in the console log.
-rm -f "$W/summary.txt" "$W/summary.txt.observe"
-awk -v out="$W/summary.txt" '
+rm -f "$W/summary.txt" "$W/summary.txt.observe" "$W/devices.txt"
+awk -v out="$W/summary.txt" -v devs="$W/devices.txt" '
 function flush_test() {
 	if (name == "") return
 	if (rc == 0) res = "PASS"
 	else if (rc == 77) res = "SKIP"
 	else if (rc == 124 || rc == 143) res = "FAIL(timeout)"
 	else res = "FAIL(rc=" rc ")"
+	if (!(topo in seen)) { seen[topo] = 1; order[++ntopo] = topo }
+	if (res == "PASS") npass[topo]++
+	else if (res == "SKIP") nskip[topo]++
+	else nfail[topo]++
 	line = sprintf("%-5s %-24s %-14s %6.1fs", topo, name, res, secs)
 	if (res == "SKIP") line = line "  " reason
 	print line
@@ -275,9 +348,26 @@ inout {
 	if (match($0, /SKIP: /) && reason == "")
 		reason = substr($0, RSTART + 6)
 	if (/observe:/) print "        " $0 > (out ".observe")
+	# Parts of a test not run for a missing capability (both sides of
+	# a pair may say so: each line counts once per test).
+	if (/: not tried: / && !((topo, name, $0) in nt_seen)) {
+		nt_seen[topo, name, $0] = 1
+		ntried[topo]++
+	}
 	next
 }
+/^@@MARK .* TOPO / { dev[$4] = ($5 == $6 ? $5 : $5 " -> " $6); next }
 /^@@VETH / { print "packets on veth0 during " $2; next }
+END {
+	if (!ntopo) exit
+	printf "%-6s %-14s %5s %5s %5s %10s\n", "topo", "devices", "pass",
+	       "skip", "fail", "not-tried" > devs
+	for (i = 1; i <= ntopo; i++) {
+		t = order[i]
+		printf "%-6s %-14s %5d %5d %5d %10d\n", t, dev[t], npass[t],
+		       nskip[t], nfail[t], ntried[t] > devs
+	}
+}
 ' "$LOG"
 sed -n '/^@@BENCH_BEGIN/,/^@@BENCH_END/p' "$LOG" >"$W/bench.txt"
 if [ -s "$W/bench.txt" ]; then
@@ -288,11 +378,55 @@ if [ -s "$W/bench.txt" ]; then
 elif [ $BENCH = 0 ]; then
 	echo "(tollfree-bench not built: no registration benchmark)"
 fi
+# perftest and tollfree-bench lat on rxe0: each tool's best (lowest)
+# typical latency over the runs, and tollfree's over perftest's.  The
+# best, not the median: a guest whose vCPU threads the host deschedules
+# (a loaded host, TCG) gives whole runs of milliseconds per round trip,
+# to either tool, and that says nothing about either.
+rm -f "$W/peers.txt"
+grep '^@@PEERFAIL' "$LOG" | sed 's/^@@PEERFAIL/peers: failed:/' || true
+if grep -q '^@@PEER ' "$LOG"; then
+	awk '/^@@PEER / {
+		k = $2 SUBSEP $3 SUBSEP $4
+		if (!(k in v) || $5 + 0 < v[k] + 0) v[k] = $5
+		n[k]++
+	}
+	END {
+		split("write read send", ops, " ")
+		split("8 1024", sizes, " ")
+		for (o = 1; o <= 3; o++)
+			for (z = 1; z <= 2; z++) {
+				op = ops[o]; sz = sizes[z]
+				if (!((("perftest", op, sz) in v) && \
+				      (("tollfree", op, sz) in v)))
+					continue
+				p = v["perftest", op, sz]
+				t = v["tollfree", op, sz]
+				printf "%-6s %6d %12.2f %12.2f %7.2f %5d\n", op, sz,
+				       p, t, (p > 0 ? t / p : 0),
+				       n["tollfree", op, sz]
+			}
+	}' "$LOG" >"$W/peers.txt"
+	echo "--- tollfree-bench lat over perftest on rxe0, same guest ($(
+		sed -n 's/^@@PEERS_BEGIN //p' "$LOG" | head -1); the best of" \
+		"the runs' typical latency; TCG: only the ratios mean" \
+		"something) ---"
+	printf '%-6s %6s %12s %12s %7s %5s\n' op bytes perftest_us \
+		tollfree_us ratio runs
+	cat "$W/peers.txt"
+elif [ "$PEERS" = 1 ]; then
+	echo "peers: no perftest/tollfree-bench results (see $LOG)"
+fi
 if [ -s "$W/summary.txt.observe" ]; then
 	echo "--- device behaviour observed by the tests ---"
 	sort -u "$W/summary.txt.observe"
 fi
 
+if [ -s "$W/devices.txt" ]; then
+	echo "--- per device: tests passed, skipped (the reason is on its" \
+		"line above), failed; parts of passing tests not tried ---"
+	cat "$W/devices.txt"
+fi
 NPASS=$(grep -c ' PASS ' "$W/summary.txt" || true)
 NSKIP=$(grep -c ' SKIP ' "$W/summary.txt" || true)
 NFAIL=$(grep -c ' FAIL' "$W/summary.txt" || true)
@@ -305,8 +439,8 @@ if ! grep -q '^@@DONE' "$LOG"; then
 	grep -v '^@@' "$LOG" | tail -15
 	exit 2
 fi
-if grep -q '@@MARK .*\(RXE\|GID\)_FAILED' "$LOG"; then
-	echo "FAIL: rxe setup failed in the guest"
+if grep -q '@@MARK .*\(RXE\|GID\|SIW\)_FAILED' "$LOG"; then
+	echo "FAIL: rxe or siw setup failed in the guest"
 	exit 2
 fi
 [ "$NFAIL" = 0 ] || exit 1

@@ -461,7 +461,8 @@ static int soft_query_caps(struct tf_context *base, tf_caps_t *caps)
 	const struct tf_config *cfg = &base->cfg;
 
 	caps->flags = TF_CAP_MW_TYPE2 | TF_CAP_ATOMIC | TF_CAP_SEND_WITH_INV |
-		      TF_CAP_MEM_ALLOC | TF_CAP_CQ_FD | TF_CAP_INLINE;
+		      TF_CAP_MEM_ALLOC | TF_CAP_CQ_FD | TF_CAP_INLINE |
+		      TF_CAP_IMM_DATA | TF_CAP_REMOTE_ACK;
 	caps->max_mr_size = 1ull << 40;
 	caps->max_mr = (uint32_t)cfg->soft_max_mr;
 	caps->max_mw = (uint32_t)cfg->soft_max_mr;
@@ -469,6 +470,7 @@ static int soft_query_caps(struct tf_context *base, tf_caps_t *caps)
 	caps->max_qp_wr = (uint32_t)cfg->qp_max_wr;
 	caps->max_cqe = (uint32_t)cfg->cq_max_depth;
 	caps->max_sge = 64;
+	caps->max_sge_rd = 64;
 	caps->max_inline_data = 65536;
 	caps->max_msg_size = cfg->soft_max_msg > UINT32_MAX
 				     ? UINT32_MAX

@@ -37,6 +37,11 @@ int tf_verbs_access(unsigned access)
 	return a;
 }
 
+static uint32_t clamp_u32(int64_t v)
+{
+	return v < 0 ? 0 : v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
 /* ---------------------------------------------------------------- probe */
 
 /* Find @name (or the first device when @name is empty) in @list. */
@@ -219,7 +224,53 @@ static uint64_t attr_caps(const struct tf_verbs_ctx *c)
 	if ((odp->general_caps & IBV_ODP_SUPPORT) &&
 	    (odp->per_transport_caps.rc_odp_caps & odp_rc) == odp_rc)
 		f |= TF_CAP_ODP;
+	/* iWARP (RDMAP) carries no immediate data, and completes a SEND or
+	 * WRITE once TCP has it. */
+	if (!c->iwarp)
+		f |= TF_CAP_IMM_DATA | TF_CAP_REMOTE_ACK;
+	if (c->use_cm)
+		f |= TF_CAP_RDMA_CM;
 	return f;
+}
+
+/*
+ * How QPs connect (TOLLFREE_VERBS_CM): iWARP devices only through rdma_cm
+ * (the kernel's iw_cm moves their QPs to RTS), others by the address
+ * exchange unless the setting asks for rdma_cm.
+ */
+static int select_cm(struct tf_verbs_ctx *c, const char *want)
+{
+	if (!want[0] || !strcmp(want, "auto")) {
+		c->use_cm = c->iwarp;
+	} else if (!strcmp(want, "rdmacm")) {
+		c->use_cm = true;
+	} else if (!strcmp(want, "oob")) {
+		if (c->iwarp)
+			tf_log_warn(VERBS_SUBSYS,
+				    "%s is an iWARP device: its QPs cannot "
+				    "connect without rdma_cm "
+				    "(TOLLFREE_VERBS_CM=oob)",
+				    c->base.device);
+		c->use_cm = false;
+	} else {
+		tf_log_error(VERBS_SUBSYS,
+			     "TOLLFREE_VERBS_CM=%s: not auto, oob or rdmacm",
+			     want);
+		return -EINVAL;
+	}
+#ifndef TF_HAVE_RDMACM
+	if (c->use_cm && strcmp(want, "rdmacm")) {
+		tf_log_info(VERBS_SUBSYS,
+			    "%s is an iWARP device and tollfree was built "
+			    "without librdmacm: its QPs cannot connect",
+			    c->base.device);
+	} else if (c->use_cm) {
+		tf_log_error(VERBS_SUBSYS, "TOLLFREE_VERBS_CM=rdmacm: tollfree "
+					   "was built without librdmacm");
+		return -EOPNOTSUPP;
+	}
+#endif
+	return 0;
 }
 
 static int verbs_context_open(const struct tf_config *cfg,
@@ -311,8 +362,18 @@ static int verbs_context_open(const struct tf_config *cfg,
 	} else {
 		c->mtu = c->pattr.active_mtu;
 	}
-	c->cap_flags = attr_caps(c);
 	c->rxe_inv_quirk = c->dattr.orig_attr.vendor_id == VERBS_RXE_VENDOR_ID;
+	c->siw = c->dattr.orig_attr.vendor_id == VERBS_SIW_VENDOR_ID;
+	c->iwarp = dev->transport_type == IBV_TRANSPORT_IWARP;
+	ret = select_cm(c, cfg->verbs_cm);
+	if (ret)
+		goto err_close;
+	c->cap_flags = attr_caps(c);
+	/* A device that does not say reads as many SGEs as it sends. */
+	c->max_sge_rd = clamp_u32(c->dattr.orig_attr.max_sge_rd);
+	if (!c->max_sge_rd ||
+	    c->max_sge_rd > clamp_u32(c->dattr.orig_attr.max_sge))
+		c->max_sge_rd = clamp_u32(c->dattr.orig_attr.max_sge);
 	c->qp_tab_mask = 63;
 	c->qp_tab = tf__calloc(c->qp_tab_mask + 1, sizeof(*c->qp_tab));
 	if (!c->qp_tab) {
@@ -321,11 +382,13 @@ static int verbs_context_open(const struct tf_config *cfg,
 	}
 	pthread_mutex_init(&c->probe_lock, NULL);
 	pthread_mutex_init(&c->mw_lock, NULL);
+	pthread_mutex_init(&c->cm_start_lock, NULL);
 	pthread_rwlock_init(&c->qp_lock, NULL);
 	tf_log_info(VERBS_SUBSYS,
-		    "opened %s port %u gid[%d] mtu %d caps 0x%llx",
+		    "opened %s port %u gid[%d] mtu %d caps 0x%llx%s",
 		    c->base.device, c->port, c->gid_index, 128 << c->mtu,
-		    (unsigned long long)c->cap_flags);
+		    (unsigned long long)c->cap_flags,
+		    c->use_cm ? ", connects through rdma_cm" : "");
 	ibv_free_device_list(list);
 	*ctx_p = &c->base;
 	return 0;
@@ -344,6 +407,7 @@ static void verbs_context_close(struct tf_context *ctx)
 	struct tf_verbs_ctx *c = VERBS_CTX(ctx);
 	int ret;
 
+	tf_verbs_cm_stop(c);
 	ret = ibv_close_device(c->ibctx);
 	if (ret)
 		tf_log_warn(VERBS_SUBSYS, "%s: ibv_close_device: %s",
@@ -352,6 +416,7 @@ static void verbs_context_close(struct tf_context *ctx)
 	pthread_rwlock_destroy(&c->qp_lock);
 	pthread_mutex_destroy(&c->probe_lock);
 	pthread_mutex_destroy(&c->mw_lock);
+	pthread_mutex_destroy(&c->cm_start_lock);
 	tf__free(c);
 }
 
@@ -446,9 +511,10 @@ out_unlock:
 	pthread_mutex_unlock(&c->probe_lock);
 }
 
-static uint32_t clamp_u32(int64_t v)
+uint32_t tf_verbs_max_inline(struct tf_verbs_ctx *c)
 {
-	return v < 0 ? 0 : v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+	probe_caps(c);
+	return c->max_inline_data;
 }
 
 static int verbs_query_caps(struct tf_context *ctx, tf_caps_t *caps)
@@ -465,11 +531,14 @@ static int verbs_query_caps(struct tf_context *ctx, tf_caps_t *caps)
 	caps->max_qp_wr = clamp_u32(a->max_qp_wr);
 	caps->max_cqe = clamp_u32(a->max_cqe);
 	caps->max_sge = clamp_u32(a->max_sge < 64 ? a->max_sge : 64);
+	caps->max_sge_rd = c->max_sge_rd;
 	caps->max_inline_data = c->max_inline_data;
 	caps->max_msg_size = c->pattr.max_msg_sz;
 	snprintf(caps->device, sizeof(caps->device), "%s", c->base.device);
 	snprintf(caps->transport, sizeof(caps->transport), "%s",
-		 c->link_layer == VERBS_LL_ETH ? "RoCE" : "IB");
+		 c->iwarp			 ? "iWARP"
+		 : c->link_layer == VERBS_LL_ETH ? "RoCE"
+						 : "IB");
 	return 0;
 }
 

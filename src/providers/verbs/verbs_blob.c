@@ -37,12 +37,14 @@ static uint32_t get32(const uint8_t *p)
 	return (uint32_t)get16(p) << 16 | get16(p + 2);
 }
 
+static const uint8_t zero16[16];
+
 /* The name of the first field of @a out of range, or NULL. */
 static const char *bad_field(const struct tf_verbs_addr *a)
 {
 	if (a->link_layer != VERBS_LL_IB && a->link_layer != VERBS_LL_ETH)
 		return "link layer";
-	if (a->qpn < VERBS_QPN_MIN || a->qpn > VERBS_24B_MASK)
+	if (a->cm ? !a->qpn : a->qpn < VERBS_QPN_MIN || a->qpn > VERBS_24B_MASK)
 		return "QPN";
 	if (a->psn > VERBS_24B_MASK)
 		return "PSN";
@@ -50,6 +52,18 @@ static const char *bad_field(const struct tf_verbs_addr *a)
 		return "MTU";
 	if (!a->port)
 		return "port";
+	if (a->cm > 1)
+		return "rdma_cm flag";
+	if (!a->cm)
+		return NULL;
+	if (a->cm_family != 4 && a->cm_family != 6)
+		return "address family";
+	if (a->cm_family == 4 && memcmp(a->cm_ip + 4, zero16, 12))
+		return "IPv4 address";
+	if (!a->cm_port)
+		return "listener port";
+	if (!a->cm_token)
+		return "token";
 	return NULL;
 }
 
@@ -57,19 +71,20 @@ int tf_verbs_addr_encode(const struct tf_verbs_addr *a, void *buf,
 			 size_t *len_p)
 {
 	const char *bad = bad_field(a);
+	size_t len = a->cm ? VERBS_ADDR_LEN_CM : VERBS_ADDR_LEN;
 	uint8_t *p = buf;
 
-	if (*len_p < VERBS_ADDR_LEN)
+	if (*len_p < len)
 		return -ENOSPC;
 	if (bad) {
 		tf_log_error(SUBSYS, "local QP address has a bad %s", bad);
 		return -EINVAL;
 	}
-	memset(p, 0, VERBS_ADDR_LEN);
+	memset(p, 0, len);
 	put32(p, VERBS_ADDR_MAGIC);
-	p[4] = VERBS_ADDR_VERSION;
+	p[4] = a->cm ? VERBS_ADDR_VERSION_CM : VERBS_ADDR_VERSION;
 	p[5] = a->link_layer;
-	put16(p + 6, VERBS_ADDR_LEN);
+	put16(p + 6, (uint16_t)len);
 	put32(p + 8, a->qpn);
 	put32(p + 12, a->psn);
 	memcpy(p + 16, a->gid, 16);
@@ -77,7 +92,13 @@ int tf_verbs_addr_encode(const struct tf_verbs_addr *a, void *buf,
 	/* The MTU travels in bytes, not as a code of one API. */
 	put16(p + 34, (uint16_t)(128u << a->mtu));
 	p[36] = a->port;
-	*len_p = VERBS_ADDR_LEN;
+	if (a->cm) {
+		p[40] = a->cm_family;
+		put16(p + 42, a->cm_port);
+		memcpy(p + 44, a->cm_ip, 16);
+		put32(p + 60, a->cm_token);
+	}
+	*len_p = len;
 	return 0;
 }
 
@@ -96,6 +117,7 @@ int tf_verbs_addr_decode(const void *buf, size_t len, struct tf_verbs_addr *a)
 	struct tf_verbs_addr d;
 	const char *bad;
 	uint16_t mtu_bytes;
+	size_t want;
 
 	/* Magic, version and length first, so that a short blob of another
 	 * provider is a wire error rather than a read past its end. */
@@ -107,17 +129,19 @@ int tf_verbs_addr_decode(const void *buf, size_t len, struct tf_verbs_addr *a)
 		tf_log_debug(SUBSYS, "peer address is not a verbs one");
 		return -TF_EPEER;
 	}
-	if (p[4] != VERBS_ADDR_VERSION) {
-		tf_log_debug(SUBSYS, "peer address version %u (want %u)", p[4],
-			     VERBS_ADDR_VERSION);
+	if (p[4] != VERBS_ADDR_VERSION && p[4] != VERBS_ADDR_VERSION_CM) {
+		tf_log_debug(SUBSYS, "peer address version %u (want %u or %u)",
+			     p[4], VERBS_ADDR_VERSION, VERBS_ADDR_VERSION_CM);
 		return -TF_EVERSION;
 	}
-	if (get16(p + 6) != VERBS_ADDR_LEN || len != VERBS_ADDR_LEN) {
+	want = p[4] == VERBS_ADDR_VERSION ? VERBS_ADDR_LEN : VERBS_ADDR_LEN_CM;
+	if (get16(p + 6) != want || len != want) {
 		tf_log_debug(SUBSYS,
-			     "peer address of %zu bytes says %u (want %d)", len,
-			     get16(p + 6), VERBS_ADDR_LEN);
+			     "peer address of %zu bytes says %u (want %zu)",
+			     len, get16(p + 6), want);
 		return -TF_EWIRE;
 	}
+	memset(&d, 0, sizeof(d));
 	d.link_layer = p[5];
 	d.qpn = get32(p + 8);
 	d.psn = get32(p + 12);
@@ -126,8 +150,15 @@ int tf_verbs_addr_decode(const void *buf, size_t len, struct tf_verbs_addr *a)
 	mtu_bytes = get16(p + 34);
 	d.mtu = mtu_code(mtu_bytes);
 	d.port = p[36];
+	if (want == VERBS_ADDR_LEN_CM) {
+		d.cm = 1;
+		d.cm_family = p[40];
+		d.cm_port = get16(p + 42);
+		memcpy(d.cm_ip, p + 44, 16);
+		d.cm_token = get32(p + 60);
+	}
 	bad = bad_field(&d);
-	if (!bad && (p[37] || p[38] || p[39]))
+	if (!bad && (p[37] || p[38] || p[39] || (d.cm && p[41])))
 		bad = "reserved byte";
 	if (bad) {
 		tf_log_debug(SUBSYS,
@@ -141,16 +172,24 @@ int tf_verbs_addr_decode(const void *buf, size_t len, struct tf_verbs_addr *a)
 	return 0;
 }
 
-int tf_verbs_addr_reachable(const struct tf_verbs_addr *peer, uint8_t local_ll)
+int tf_verbs_addr_reachable(const struct tf_verbs_addr *peer, uint8_t local_ll,
+			    bool local_cm)
 {
-	static const uint8_t zero[16];
-
 	if (peer->link_layer != local_ll) {
 		tf_log_debug(SUBSYS, "peer link layer %u, ours %u",
 			     peer->link_layer, local_ll);
 		return -TF_EPEER;
 	}
-	if (local_ll == VERBS_LL_ETH && !memcmp(peer->gid, zero, 16)) {
+	if (peer->cm != local_cm) {
+		tf_log_debug(SUBSYS, "peer connects %s, we %s",
+			     peer->cm ? "through rdma_cm" : "out of band",
+			     local_cm ? "through rdma_cm" : "out of band");
+		return -TF_EPEER;
+	}
+	/* rdma_cm resolves the route from the IP address. */
+	if (peer->cm)
+		return 0;
+	if (local_ll == VERBS_LL_ETH && !memcmp(peer->gid, zero16, 16)) {
 		tf_log_debug(SUBSYS, "RoCE peer without a GID");
 		return -TF_EPEER;
 	}
@@ -159,4 +198,23 @@ int tf_verbs_addr_reachable(const struct tf_verbs_addr *peer, uint8_t local_ll)
 		return -TF_EPEER;
 	}
 	return 0;
+}
+
+/* (address, listener port, QPN) as big-endian bytes, compared as such. */
+static void cm_key(const struct tf_verbs_addr *a, uint8_t k[23])
+{
+	k[0] = a->cm_family;
+	memcpy(k + 1, a->cm_ip, 16);
+	put16(k + 17, a->cm_port);
+	put32(k + 19, a->qpn);
+}
+
+bool tf_verbs_addr_cm_active(const struct tf_verbs_addr *self,
+			     const struct tf_verbs_addr *peer)
+{
+	uint8_t ks[23], kp[23];
+
+	cm_key(self, ks);
+	cm_key(peer, kp);
+	return memcmp(ks, kp, sizeof(ks)) > 0;
 }

@@ -9,6 +9,8 @@
  *               translation
  *   verbs_blob.c the QP address blob (no libibverbs: unit tested and
  *               fuzzed on any host)
+ *   verbs_cm.c  connecting QPs through rdma_cm (librdmacm): iWARP devices,
+ *               or any device with TOLLFREE_VERBS_CM=rdmacm
  *
  * Work-request bookkeeping.  The core's WC carries information verbs does
  * not report for every completion: the opcode of a failed WR (undefined in
@@ -36,6 +38,8 @@
 
 /* The vendor id rdma_rxe reports (RXE_VENDOR_ID). */
 #define VERBS_RXE_VENDOR_ID 0xffffffu
+/* The vendor id siw reports (SIW_VENDOR_ID, "bmt"). */
+#define VERBS_SIW_VENDOR_ID 0x626d74u
 
 /* Layout of the verbs wr_id: [63] receive queue, [62:48] generation of the
  * QP, [47:0] low bits of the ring sequence number. */
@@ -55,6 +59,7 @@
  * verbs_cq, verbs_mr, verbs_context, and a reader of both must not take
  * ours for theirs. */
 struct tf_verbs_qp;
+struct tf_verbs_cm;
 
 struct tf_verbs_ctx {
 	struct tf_context base;
@@ -73,12 +78,17 @@ struct tf_verbs_ctx {
 	 * IBV_WC_WITH_INV (1 << 3); checksum offload flags mean nothing on
 	 * an RC QP, so on rxe the bit is read as WITH_INV. */
 	bool rxe_inv_quirk;
+	/* siw's user library (libsiw) has no LOCAL_INV and refuses a
+	 * receive without SGEs (push_recv_wqe); a zero-length SGE stands in
+	 * for none (verbs_qp.c). */
+	bool siw;
 
 	/* Guards the lazy capability probes below. */
 	pthread_mutex_t probe_lock;
 	bool probed;
 	uint64_t probed_flags;	  /* TF_CAP_REREG, TF_CAP_INLINE */
 	uint32_t max_inline_data; /* largest inline size a QP accepted */
+	uint32_t max_sge_rd;	  /* SGEs of an RDMA READ */
 
 	/* Guards the bound-window lists of QPs and tf_verbs_mw.bound_qp. */
 	pthread_mutex_t mw_lock;
@@ -91,6 +101,13 @@ struct tf_verbs_ctx {
 	uint32_t qp_tab_mask; /* size - 1, size a power of two */
 	uint32_t qp_count;
 	atomic_uint qp_gen;
+
+	/* QPs connect through rdma_cm (TOLLFREE_VERBS_CM, iWARP); the
+	 * listener and its event thread start with the first blob. */
+	bool use_cm;
+	bool iwarp;
+	pthread_mutex_t cm_start_lock;
+	struct tf_verbs_cm *cm;
 };
 
 struct tf_verbs_pd {
@@ -122,6 +139,13 @@ struct tf_verbs_cq {
 	struct tf_cq base;
 	struct ibv_cq *ibcq;
 	struct ibv_comp_channel *chan;
+	/* siw only: completions of work posted to a QP in the error state,
+	 * which siw's kernel never flushes from a user QP's ring: a ring of
+	 * depth entries that tf_verbs_cq_poll returns after the device's. */
+	pthread_mutex_t flush_lock;
+	struct tf_wc *flush_q;
+	uint64_t flush_head, flush_tail; /* guarded by flush_lock */
+	atomic_uint flush_n;
 };
 
 /* One posted send-queue WR. */
@@ -133,6 +157,7 @@ struct tf_verbs_swr {
 	uint32_t new_rkey;	/* BIND_MW: key the bind installs */
 	uint8_t opcode;		/* enum tf_wr_opcode */
 	uint8_t signaled;
+	uint8_t completed; /* its CQE came; the tail has not passed it */
 };
 
 struct tf_verbs_qp {
@@ -149,6 +174,7 @@ struct tf_verbs_qp {
 	uint32_t sq_mask;
 	uint32_t sq_max; /* WRs that may be outstanding */
 	_Atomic uint64_t sq_head, sq_tail;
+	uint64_t sq_done; /* poller's: one past the latest completed WR */
 	/* Receive ring: the user's wr_id per posted receive. */
 	uint64_t *rq;
 	uint32_t rq_mask;
@@ -156,6 +182,28 @@ struct tf_verbs_qp {
 	_Atomic uint64_t rq_head, rq_tail;
 	/* Windows bound through this QP (see struct tf_verbs_mw). */
 	struct tf_verbs_mw *bound_mws;
+
+	/* rdma_cm (ctx->use_cm), guarded by the context's rdma_cm lock
+	 * (verbs_cm.c).  cm_wait is set while a QP whose peer starts the
+	 * connection has not seen it established: the post path waits. */
+	struct rdma_cm_id *cm_id;
+	uint32_t cm_token; /* in our blob; a connect request names it */
+	uint8_t cm_state;  /* VERBS_CM_* */
+	bool cm_expect;	   /* passive: the peer's blob is known */
+	bool cm_active;	   /* we started the connection */
+	int cm_err;	   /* why VERBS_CM_FAILED */
+	uint32_t cm_peer_qpn, cm_peer_token;
+	atomic_bool cm_wait;
+	atomic_bool cm_broken; /* disconnected: the QP is in the error state */
+};
+
+/* rdma_cm state of a QP. */
+enum {
+	VERBS_CM_IDLE = 0,    /* no connection yet */
+	VERBS_CM_CONNECTING,  /* started (active) or accepted (passive) */
+	VERBS_CM_ESTABLISHED, /* the QP is in RTS */
+	VERBS_CM_FAILED,      /* set-up failed: cm_err */
+	VERBS_CM_CLOSED,      /* disconnected, or the QP is going away */
 };
 
 #define VERBS_CTX(_c) ((struct tf_verbs_ctx *)(_c))
@@ -172,6 +220,8 @@ int tf_verbs_mtu_from_bytes(uint64_t bytes, enum ibv_mtu *mtu);
 /* -errno of a failed libibverbs call that reports through errno; @dflt
  * when errno was left 0. */
 int tf_verbs_errno(int dflt);
+/* The largest inline size a QP of @c accepts (probed once). */
+uint32_t tf_verbs_max_inline(struct tf_verbs_ctx *c);
 
 /* verbs_qp.c */
 int tf_verbs_cq_create(struct tf_context *ctx, uint32_t depth,
@@ -191,6 +241,24 @@ int tf_verbs_post_send(struct tf_qp *qp, struct tf_send_wr *wr,
 int tf_verbs_post_recv(struct tf_qp *qp, struct tf_recv_wr *wr,
 		       struct tf_recv_wr **bad_wr_p);
 void tf_verbs_qp_map_free(struct tf_verbs_ctx *ctx);
+/* The QP of @qpn; the QP-map lock must be held (either mode). */
+struct tf_verbs_qp *tf_verbs_qp_find(struct tf_verbs_ctx *ctx, uint32_t qpn);
+/* Local ACK timeout exponent for @timeout_ms (see verbs_qp.c). */
+uint8_t tf_verbs_ack_timeout(uint32_t timeout_ms);
+#define VERBS_RETRY_CNT 6
+
+/* verbs_cm.c.  Without librdmacm they refuse with -EOPNOTSUPP. */
+/* Fill the rdma_cm part of @a (starting the listener on first use). */
+int tf_verbs_cm_addr(struct tf_verbs_qp *qp, struct tf_verbs_addr *a);
+/* Connect @qp to @peer (decoded, rdma_cm form) whose blob we hold. */
+int tf_verbs_cm_connect(struct tf_verbs_qp *qp,
+			const struct tf_verbs_addr *peer);
+/* Wait until the connection the peer starts is established. */
+int tf_verbs_cm_wait(struct tf_verbs_qp *qp);
+/* Before ibv_destroy_qp: disconnect and destroy the QP's cm id. */
+void tf_verbs_cm_qp_close(struct tf_verbs_qp *qp);
+/* At context close: stop the event thread, close the listener. */
+void tf_verbs_cm_stop(struct tf_verbs_ctx *ctx);
 /* Take @mw off the bound list of its QP, if it is on one. */
 void tf_verbs_mw_unbind(struct tf_verbs_ctx *ctx, struct tf_verbs_mw *mw);
 

@@ -91,6 +91,11 @@ static struct tf_verbs_qp *qp_map_find(struct tf_verbs_ctx *c, uint32_t qpn)
 	return NULL;
 }
 
+struct tf_verbs_qp *tf_verbs_qp_find(struct tf_verbs_ctx *c, uint32_t qpn)
+{
+	return qp_map_find(c, qpn);
+}
+
 /* Remove with backward-shift deletion, which keeps every probe run
  * unbroken without tombstones. */
 static void qp_map_remove(struct tf_verbs_ctx *c, struct tf_verbs_qp *qp)
@@ -165,6 +170,15 @@ int tf_verbs_cq_create(struct tf_context *ctx, uint32_t depth,
 			     ctx->device, depth, strerror(-ret));
 		goto err_chan;
 	}
+	if (c->siw) {
+		cq->flush_q = tf__calloc(depth, sizeof(*cq->flush_q));
+		if (!cq->flush_q) {
+			ret = -ENOMEM;
+			ibv_destroy_cq(cq->ibcq);
+			goto err_chan;
+		}
+		pthread_mutex_init(&cq->flush_lock, NULL);
+	}
 	cq->base.depth = depth;
 	*cq_p = &cq->base;
 	return 0;
@@ -205,6 +219,10 @@ int tf_verbs_cq_destroy(struct tf_cq *bcq)
 	if (ret)
 		tf_log_warn(VERBS_SUBSYS, "ibv_destroy_comp_channel: %s",
 			    strerror(ret));
+	if (cq->flush_q) {
+		pthread_mutex_destroy(&cq->flush_lock);
+		tf__free(cq->flush_q);
+	}
 	tf__free(cq);
 	return 0;
 }
@@ -418,7 +436,7 @@ static bool translate_wc(struct tf_verbs_ctx *c, const struct ibv_wc *iw,
 			 struct tf_wc *wc)
 {
 	struct tf_verbs_qp *qp = qp_map_find(c, iw->qp_num);
-	const struct tf_verbs_swr *e;
+	struct tf_verbs_swr *e;
 	uint64_t tail, head, seq;
 
 	if (!qp || ((iw->wr_id >> VERBS_WRID_GEN_SHIFT) &
@@ -477,14 +495,13 @@ static bool translate_wc(struct tf_verbs_ctx *c, const struct ibv_wc *iw,
 				     qp->base.qpn);
 			return false;
 		}
-		/* Unsignaled WRs before this one completed without a CQE.
-		 * They succeeded unless this is a flush: a device may flush
-		 * without a CQE per WR, so nothing is claimed for them. */
-		for (uint64_t s = tail; s < seq; s++)
-			if (iw->status != IBV_WC_WR_FLUSH_ERR)
-				swr_done(qp, &qp->sq[s & qp->sq_mask]);
 		e = &qp->sq[seq & qp->sq_mask];
-
+		if (e->completed) {
+			tf_log_error(VERBS_SUBSYS,
+				     "qp %u: second completion of a WR",
+				     qp->base.qpn);
+			return false;
+		}
 		wc->wr_id = e->wr_id;
 		wc->opcode = send_wc_opcode(e->opcode);
 		if (iw->status == IBV_WC_SUCCESS) {
@@ -496,8 +513,32 @@ static bool translate_wc(struct tf_verbs_ctx *c, const struct ibv_wc *iw,
 			 * ibv_mw->rkey to the next bind as the current key. */
 			e->mw->ibmw->rkey = e->old_rkey;
 		}
-		atomic_store_explicit(&qp->sq_tail, seq + 1,
-				      memory_order_release);
+		e->completed = 1;
+		if (seq >= qp->sq_done)
+			qp->sq_done = seq + 1;
+		/*
+		 * Retire from the tail: WRs that completed, and unsignaled
+		 * ones before the last completion, which completed without a
+		 * CQE.  They succeeded unless this is a flush: a device may
+		 * flush without a CQE per WR, so nothing is claimed for
+		 * them.  A signaled WR that has not completed stops the
+		 * walk: siw completes a READ when its response arrives,
+		 * after WRs posted later that completed once sent.
+		 */
+		while (tail < head) {
+			struct tf_verbs_swr *t = &qp->sq[tail & qp->sq_mask];
+
+			if (t->completed) {
+				t->completed = 0;
+			} else if (!t->signaled && tail < qp->sq_done) {
+				if (iw->status != IBV_WC_WR_FLUSH_ERR)
+					swr_done(qp, t);
+			} else {
+				break;
+			}
+			tail++;
+		}
+		atomic_store_explicit(&qp->sq_tail, tail, memory_order_release);
 	}
 	if (iw->status != IBV_WC_SUCCESS) {
 		tf_log_debug(VERBS_SUBSYS, "qp %u: wr %llu: %s (vendor 0x%x)",
@@ -532,7 +573,54 @@ int tf_verbs_cq_poll(struct tf_cq *bcq, int n, struct tf_wc *wc)
 		if (r < want)
 			break;
 	}
+	/* After the device's: those it had were posted before these. */
+	if (got < n && cq->flush_q &&
+	    atomic_load_explicit(&cq->flush_n, memory_order_acquire)) {
+		pthread_mutex_lock(&cq->flush_lock);
+		while (got < n && cq->flush_tail < cq->flush_head) {
+			wc[got++] =
+				cq->flush_q[cq->flush_tail++ % cq->base.depth];
+			atomic_fetch_sub(&cq->flush_n, 1);
+		}
+		pthread_mutex_unlock(&cq->flush_lock);
+	}
 	return got;
+}
+
+/*
+ * siw: queue a flushed completion for a WR posted in the error state.
+ * Returns 0, or -ENOMEM when the CQ has no room (then it is not posted).
+ */
+static int queue_flush(struct tf_verbs_cq *cq, struct tf_verbs_qp *qp,
+		       uint64_t wr_id, enum tf_wc_opcode op)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&cq->flush_lock);
+	if (cq->flush_head - cq->flush_tail >= cq->base.depth) {
+		ret = -ENOMEM;
+	} else {
+		struct tf_wc *wc =
+			&cq->flush_q[cq->flush_head++ % cq->base.depth];
+
+		memset(wc, 0, sizeof(*wc));
+		wc->wr_id = wr_id;
+		wc->status = TF_WC_WR_FLUSH_ERR;
+		wc->opcode = op;
+		wc->qp = &qp->base;
+		atomic_fetch_add_explicit(&cq->flush_n, 1,
+					  memory_order_release);
+	}
+	pthread_mutex_unlock(&cq->flush_lock);
+	return ret;
+}
+
+/* siw: whether work posted to @qp now would stay in its ring forever. */
+static bool siw_flushes_here(struct tf_verbs_qp *qp)
+{
+	return qp->ctx->siw &&
+	       (qp->base.state == TF_QPS_ERR ||
+		atomic_load_explicit(&qp->cm_broken, memory_order_relaxed));
 }
 
 /* ---------------------------------------------------------------- QP */
@@ -547,11 +635,11 @@ static uint32_t pow2_at_least(uint32_t v)
 }
 
 /*
- * Transport retries.  rxe (rxe_comp.c) treats retry_cnt 7 as "retry
- * forever", like rnr_retry 7, although the IB specification makes only the
- * RNR count special; 6 is the largest count that ends on every device.
+ * Transport retries (VERBS_RETRY_CNT, 6).  rxe (rxe_comp.c) treats
+ * retry_cnt 7 as "retry forever", like rnr_retry 7, although the IB
+ * specification makes only the RNR count special; 6 is the largest count
+ * that ends on every device.
  */
-#define VERBS_RETRY_CNT 6
 
 /*
  * Local ACK timeout exponent: one try waits 4.096 us << t.  Spread
@@ -559,7 +647,7 @@ static uint32_t pow2_at_least(uint32_t v)
  * a WR to a dead peer fails with RETRY_EXC within @timeout_ms (and no
  * sooner than half of it).
  */
-static uint8_t ack_timeout(uint32_t timeout_ms)
+uint8_t tf_verbs_ack_timeout(uint32_t timeout_ms)
 {
 	uint64_t per_try_ns =
 		(uint64_t)timeout_ms * 1000000ull / (VERBS_RETRY_CNT + 1);
@@ -595,6 +683,15 @@ int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 	uint32_t psn;
 	int ret;
 
+	/* Ask no more inline data than the device was seen to take: siw
+	 * takes 80 bytes, and the caller's 256 would cost a refused QP and
+	 * then inline sends altogether. */
+	if (ia.cap.max_inline_data > tf_verbs_max_inline(c)) {
+		tf_log_debug(VERBS_SUBSYS, "%s: inline %u -> %u bytes",
+			     c->base.device, ia.cap.max_inline_data,
+			     c->max_inline_data);
+		ia.cap.max_inline_data = c->max_inline_data;
+	}
 	qp = tf__calloc(1, sizeof(*qp));
 	if (!qp)
 		return -ENOMEM;
@@ -681,6 +778,9 @@ int tf_verbs_qp_destroy(struct tf_qp *bqp)
 	 * rxe's destroy waits (tens of seconds) for it to go away, then
 	 * leaves the window bound anyway. */
 	mw_revoke_all(qp);
+	/* Then the connection: its cm id refers to the QP. */
+	if (qp->ctx->use_cm)
+		tf_verbs_cm_qp_close(qp);
 	ret = ibv_destroy_qp(qp->ibqp);
 	if (ret) {
 		tf_log_warn(VERBS_SUBSYS, "qp %u: ibv_destroy_qp: %s",
@@ -713,8 +813,14 @@ int tf_verbs_qp_get_addr(struct tf_qp *bqp, void *buf, size_t *len_p)
 				  .mtu = (uint8_t)c->mtu,
 				  .link_layer = c->link_layer,
 				  .port = c->port};
+	int ret;
 
 	memcpy(a.gid, c->gid.raw, 16);
+	if (c->use_cm) {
+		ret = tf_verbs_cm_addr(qp, &a);
+		if (ret)
+			return ret;
+	}
 	return tf_verbs_addr_encode(&a, buf, len_p);
 }
 
@@ -734,9 +840,16 @@ int tf_verbs_qp_connect(struct tf_qp *bqp, const void *addr, size_t len)
 	/* Both log which field is wrong. */
 	ret = tf_verbs_addr_decode(addr, len, &peer);
 	if (!ret)
-		ret = tf_verbs_addr_reachable(&peer, c->link_layer);
+		ret = tf_verbs_addr_reachable(&peer, c->link_layer, c->use_cm);
 	if (ret)
 		return ret;
+	if (c->use_cm) {
+		ret = tf_verbs_cm_connect(qp, &peer);
+		if (ret)
+			return ret;
+		qp->base.state = TF_QPS_RTS;
+		return 0;
+	}
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTR;
@@ -784,7 +897,7 @@ int tf_verbs_qp_connect(struct tf_qp *bqp, const void *addr, size_t len)
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = ack_timeout(qp->base.timeout_ms);
+	a.timeout = tf_verbs_ack_timeout(qp->base.timeout_ms);
 	a.retry_cnt = VERBS_RETRY_CNT;
 	a.rnr_retry = qp->base.rnr_retry;
 	a.sq_psn = qp->psn;
@@ -882,12 +995,15 @@ static int xlate_send(struct tf_verbs_qp *qp, const struct tf_send_wr *wr,
 	e->mw = NULL;
 	e->opcode = (uint8_t)wr->opcode;
 	e->signaled = !!(wr->send_flags & TF_SEND_SIGNALED);
+	e->completed = 0;
 
 	switch (wr->opcode) {
 	case TF_WR_SEND:
 		iw->opcode = IBV_WR_SEND;
 		break;
 	case TF_WR_SEND_WITH_IMM:
+		if (!(caps & TF_CAP_IMM_DATA))
+			return -EOPNOTSUPP;
 		iw->opcode = IBV_WR_SEND_WITH_IMM;
 		iw->imm_data = htonl(wr->imm_data);
 		break;
@@ -899,6 +1015,9 @@ static int xlate_send(struct tf_verbs_qp *qp, const struct tf_send_wr *wr,
 		break;
 	case TF_WR_RDMA_WRITE:
 	case TF_WR_RDMA_WRITE_WITH_IMM:
+		if (wr->opcode == TF_WR_RDMA_WRITE_WITH_IMM &&
+		    !(caps & TF_CAP_IMM_DATA))
+			return -EOPNOTSUPP;
 		iw->opcode = wr->opcode == TF_WR_RDMA_WRITE
 				     ? IBV_WR_RDMA_WRITE
 				     : IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -908,7 +1027,9 @@ static int xlate_send(struct tf_verbs_qp *qp, const struct tf_send_wr *wr,
 		iw->wr.rdma.rkey = wr->wr.rdma.rkey;
 		break;
 	case TF_WR_RDMA_READ:
-		if (wr->send_flags & TF_SEND_INLINE)
+		/* siw reads into the first SGE only (max_sge_rd 1). */
+		if ((wr->send_flags & TF_SEND_INLINE) ||
+		    (uint32_t)wr->num_sge > qp->ctx->max_sge_rd)
 			return -EINVAL;
 		iw->opcode = IBV_WR_RDMA_READ;
 		iw->wr.rdma.remote_addr = wr->wr.rdma.remote_addr;
@@ -959,7 +1080,7 @@ static int xlate_send(struct tf_verbs_qp *qp, const struct tf_send_wr *wr,
 		break;
 	}
 	case TF_WR_LOCAL_INV:
-		if (!(caps & TF_CAP_SEND_WITH_INV))
+		if (!(caps & TF_CAP_SEND_WITH_INV) || qp->ctx->siw)
 			return -EOPNOTSUPP;
 		iw->opcode = IBV_WR_LOCAL_INV;
 		iw->sg_list = NULL;
@@ -994,6 +1115,30 @@ static void commit_send(struct tf_verbs_qp *qp, uint64_t head, int n)
 			      memory_order_release);
 }
 
+/* siw, error state: check each WR as the device path would, then
+ * complete it as flushed. */
+static int post_send_flushed(struct tf_verbs_qp *qp, struct tf_send_wr *wr,
+			     struct tf_send_wr **bad_wr_p)
+{
+	struct tf_verbs_cq *cq = VERBS_CQ(qp->base.send_cq);
+	int posted = 0, ret;
+
+	for (; wr; wr = wr->next, posted++) {
+		struct ibv_send_wr iw;
+		struct tf_verbs_swr e;
+
+		ret = xlate_send(qp, wr, &iw, &e);
+		if (!ret)
+			ret = queue_flush(cq, qp, wr->wr_id,
+					  send_wc_opcode(e.opcode));
+		if (ret) {
+			*bad_wr_p = wr;
+			return ret;
+		}
+	}
+	return posted;
+}
+
 int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
 		       struct tf_send_wr **bad_wr_p)
 {
@@ -1008,6 +1153,17 @@ int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
 		*bad_wr_p = wr;
 		return -ENOTCONN;
 	}
+	/* rdma_cm: the peer starts the connection and it is not known to
+	 * be established yet (verbs_cm.c). */
+	if (atomic_load_explicit(&qp->cm_wait, memory_order_relaxed)) {
+		ret = tf_verbs_cm_wait(qp);
+		if (ret) {
+			*bad_wr_p = wr;
+			return ret;
+		}
+	}
+	if (siw_flushes_here(qp))
+		return post_send_flushed(qp, wr, bad_wr_p);
 	while (wr) {
 		uint64_t head = atomic_load_explicit(&qp->sq_head,
 						     memory_order_relaxed);
@@ -1035,7 +1191,11 @@ int tf_verbs_post_send(struct tf_qp *bqp, struct tf_send_wr *wr,
 		if (n) {
 			r = ibv_post_send(qp->ibqp, iw, &ibad);
 			if (r) {
-				int k = (int)(ibad - iw);
+				int k = ibad ? (int)(ibad - iw) : 0;
+
+				/* libibverbs says a positive errno; libsiw
+				 * returns a negative one. */
+				r = r < 0 ? -r : r;
 
 				tf_log_debug(VERBS_SUBSYS,
 					     "qp %u: ibv_post_send: %s",
@@ -1076,11 +1236,29 @@ static void kick_flush(struct tf_verbs_qp *qp)
 int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
 		       struct tf_recv_wr **bad_wr_p)
 {
+	/* A receive of nothing (siw): a zero-length SGE is never read. */
+	static struct ibv_sge no_sge = {.addr = 0, .length = 0, .lkey = 0};
 	struct tf_verbs_qp *qp = VERBS_QP(bqp);
 	struct ibv_recv_wr iw[VERBS_POST_BATCH], *ibad;
 	struct tf_recv_wr *src[VERBS_POST_BATCH];
 	int ret = 0, posted = 0;
 
+	if (siw_flushes_here(qp)) {
+		for (; wr; wr = wr->next, posted++) {
+			if (wr->num_sge < 0 ||
+			    (uint32_t)wr->num_sge > qp->base.max_sge ||
+			    (wr->num_sge && !wr->sg_list))
+				ret = -EINVAL;
+			else
+				ret = queue_flush(VERBS_CQ(qp->base.recv_cq),
+						  qp, wr->wr_id, TF_WC_RECV);
+			if (ret) {
+				*bad_wr_p = wr;
+				return ret;
+			}
+		}
+		return posted;
+	}
 	while (wr) {
 		uint64_t head = atomic_load_explicit(&qp->rq_head,
 						     memory_order_relaxed);
@@ -1105,6 +1283,10 @@ int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
 			iw[n].wr_id = make_wrid(qp, seq, true);
 			iw[n].sg_list = (struct ibv_sge *)wr->sg_list;
 			iw[n].num_sge = wr->num_sge;
+			if (!wr->num_sge && qp->ctx->siw) {
+				iw[n].sg_list = &no_sge;
+				iw[n].num_sge = 1;
+			}
 			iw[n].next = NULL;
 			if (n)
 				iw[n - 1].next = &iw[n];
@@ -1113,7 +1295,9 @@ int tf_verbs_post_recv(struct tf_qp *bqp, struct tf_recv_wr *wr,
 		if (n) {
 			r = ibv_post_recv(qp->ibqp, iw, &ibad);
 			if (r) {
-				int k = (int)(ibad - iw);
+				int k = ibad ? (int)(ibad - iw) : 0;
+
+				r = r < 0 ? -r : r;
 
 				tf_log_debug(VERBS_SUBSYS,
 					     "qp %u: ibv_post_recv: %s",

@@ -55,16 +55,13 @@ int main(void)
 	CHECK(!strcmp(buf, "5"));
 	tf_log_set_handler(capture, NULL);
 
+	/* One message alone first: the table is direct-mapped by the
+	 * addresses of the format and subsystem, which differ from run to
+	 * run (ASLR), so another message in the same window could take its
+	 * slot and report its count on a line of its own (by design). */
 	t0 = tf__now_ns();
 	for (int i = 0; i < 100; i++)
 		flood("test", i);
-	tf__log(TF_LOG_WARN, "test", "another message");
-	for (int i = 0; i < 3; i++)
-		flood("other", i);
-	tf_log_set_level(TF_LOG_DEBUG);
-	for (int i = 0; i < 20; i++)
-		tf__log(TF_LOG_DEBUG, "test", "debug line %d", i);
-	tf_log_set_level(TF_LOG_WARN);
 	dt = tf__now_ns() - t0;
 	if (dt >= 900000000ull)
 		tf_test_skip("the flood took %llu ms, not within one window",
@@ -73,9 +70,6 @@ int main(void)
 	       count_prefix("test: connect to peer"));
 	CHECK(!strcmp(lines[0], "test: connect to peer 0 failed"));
 	CHECK(!strcmp(lines[4], "test: connect to peer 4 failed"));
-	CHECK(count_prefix("test: another message") == 1);
-	CHECK(count_prefix("other: connect to peer") == 3);
-	CHECK(count_prefix("test: debug line") == 20);
 
 	/* The next window: the message prints again, with the count. */
 	usleep(1100 * 1000);
@@ -85,6 +79,19 @@ int main(void)
 		       !strcmp(lines[0], "test: connect to peer 100 failed "
 					 "(95 similar messages suppressed)"),
 	       "got %d lines, first '%s'", n_lines, n_lines ? lines[0] : "");
+
+	/* Other messages are limited on their own; debug lines never. */
+	n_lines = 0;
+	tf__log(TF_LOG_WARN, "test", "another message");
+	for (int i = 0; i < 3; i++)
+		flood("other", i);
+	tf_log_set_level(TF_LOG_DEBUG);
+	for (int i = 0; i < 20; i++)
+		tf__log(TF_LOG_DEBUG, "test", "debug line %d", i);
+	tf_log_set_level(TF_LOG_WARN);
+	CHECK(count_prefix("test: another message") == 1);
+	CHECK(count_prefix("other: connect to peer") == 3);
+	CHECK(count_prefix("test: debug line") == 20);
 
 	/* 0: no limit. */
 	tf__log_set_config_rate(0);

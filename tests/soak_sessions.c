@@ -394,7 +394,11 @@ static void run(struct server *v, int ms, int nclients, int nthreads,
 				if (nrep[i] < 3)
 					continue;
 			} else if (poll(&pfd, 1, 0) != 1 ||
-				   !(pfd.revents & POLLHUP)) {
+				   !(pfd.revents & POLLHUP) ||
+				   (pfd.revents & POLLIN)) {
+				/* Data still to read comes first: a client
+				 * that wrote its report and exited between
+				 * the two polls shows both. */
 				continue;
 			}
 			reported[i] = true;

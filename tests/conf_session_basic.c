@@ -51,10 +51,12 @@ static void server_round(struct tf_pair *p, tf_listener_t *l, int round)
 	CHECK_OK(tf_session_local_exposure(s, 0, &e0));
 	CHECK_OK(tf_session_local_exposure(s, 1, &e1));
 	CHECK(e0.rkey != e1.rkey);
-	tf_test_send_u64(p, e0.rkey);
-	/* A receive for the client's SEND. */
+	/* A receive for the client's SEND, posted before the client may
+	 * send: iWARP has no receiver-not-ready retry, and a SEND that finds
+	 * no receive ends the connection. */
 	CHECK_OK(tf_session_rent(s, 256, &bc, (void **)&c));
 	CHECK_OK(tf_session_recv(s, bc, 0, 256, 77));
+	tf_test_send_u64(p, e0.rkey);
 	/* The client exposes one buffer; write into it. */
 	CHECK_OK(tf_session_wait_peer(s, 1, 4 * tf_test_timeout_ms()));
 	CHECK_OK(tf_session_peer_exposure(s, 0, &pe));

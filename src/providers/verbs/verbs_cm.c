@@ -455,9 +455,9 @@ static void on_active(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
 	}
 	if (ret) {
 		tf_log_info(VERBS_SUBSYS,
-			    "qp %u: connecting to qp %u: %s (status %d): %s",
+			    "qp %u: connecting to qp %u: %s (status %d)",
 			    qp->base.qpn, qp->cm_peer_qpn, ev_str(ev->event),
-			    ev->status, tf_strerror(ret));
+			    ev->status);
 		pthread_mutex_lock(&cm->lock);
 		if (qp->cm_state == VERBS_CM_CONNECTING)
 			set_state(cm, qp, VERBS_CM_FAILED, ret);

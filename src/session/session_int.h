@@ -125,6 +125,7 @@ struct tf_stock {
 	struct tf_stock_ent *ent;
 	unsigned n, cap;
 	pthread_t thr;
+	pid_t pid; /* of the process whose thread it is */
 	bool running, stop;
 	bool blocked; /* a make failed: wait for the next take */
 	struct tf_ctl spare[TF_STOCK_SPARE];

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "session_int.h"
 
@@ -139,6 +140,7 @@ int tf__stock_init(struct tf_node *node, unsigned cap)
 		return ret;
 	}
 	k->running = true;
+	k->pid = getpid();
 	return 0;
 }
 
@@ -146,6 +148,11 @@ void tf__stock_fini(struct tf_node *node)
 {
 	struct tf_stock *k = &node->stock;
 
+	/* A forked child has the node's memory but not its thread (and a
+	 * lock the thread may have held at the fork): it leaves the stock
+	 * alone, as it leaves the parent's other objects. */
+	if (k->running && getpid() != k->pid)
+		return;
 	if (k->running) {
 		pthread_mutex_lock(&k->lock);
 		k->stop = true;
@@ -177,7 +184,8 @@ bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 	/* Deeper queues than asked for do no harm: the session never has
 	 * more outstanding than the depths it asked for (send_depth and
 	 * recv_depth below). */
-	if (!k->cap || sd > TF_STOCK_DEPTH || rd > TF_STOCK_DEPTH)
+	if (!k->cap || sd > TF_STOCK_DEPTH || rd > TF_STOCK_DEPTH ||
+	    getpid() != k->pid)
 		return false;
 	pthread_mutex_lock(&k->lock);
 	if (!k->n) {

@@ -72,8 +72,11 @@
  * the responder stops executing requests until the peer reads (the value
  * is in soft_int.h, where tests read it). */
 #define TCP_TX_OWNED_MAX SOFT_TCP_TX_OWNED_MAX
-/* Accepted sockets that have not been matched to a QP yet. */
-#define TCP_MAX_PENDING 256
+/* Accepted sockets that have not been matched to a QP yet: a quarter of
+ * the QPs a context may hold, so that a peer opening many connections at
+ * once (1,000 sessions, conf_session_concurrent) is not refused while this
+ * side's progress catches up, and a flood still stays bounded. */
+#define TCP_MAX_PENDING (SOFT_MAX_QP / 4)
 #define TCP_PENDING_NS	(30ull * 1000000000)
 /* How long a detached connection may drain its last responses. */
 #define TCP_LINGER_NS (2ull * 1000000000)

@@ -557,13 +557,20 @@ int tf_session_state(tf_session_t *s)
 		return -EINVAL;
 	tf__sess_ctrl_step(s);
 	/* Broken first: a session whose establish failed is broken, not
-	 * still accepting (a server waiting for BROKEN would leak it). */
-	if (s->broken || tf_qp_state(s->c->qp) == TF_QPS_ERR)
+	 * still accepting (a server waiting for BROKEN would leak it).  But
+	 * a peer that closed cleanly may tear its QP down right after its
+	 * CLOSE (close is one-way): the error of our QP that follows is the
+	 * end of the connection, not of the session. */
+	if (s->broken)
 		return TF_SESSION_BROKEN;
 	if (s->deferred)
-		return TF_SESSION_ACCEPTING;
+		return tf_qp_state(s->c->qp) == TF_QPS_ERR
+			       ? TF_SESSION_BROKEN
+			       : TF_SESSION_ACCEPTING;
 	if (s->peer_closed)
 		return TF_SESSION_PEER_CLOSED;
+	if (tf_qp_state(s->c->qp) == TF_QPS_ERR)
+		return TF_SESSION_BROKEN;
 	return TF_SESSION_OPEN;
 }
 

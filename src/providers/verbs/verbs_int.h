@@ -262,4 +262,12 @@ void tf_verbs_cm_stop(struct tf_verbs_ctx *ctx);
 /* Take @mw off the bound list of its QP, if it is on one. */
 void tf_verbs_mw_unbind(struct tf_verbs_ctx *ctx, struct tf_verbs_mw *mw);
 
+/* verbs_cq.c, used by the QP side (verbs_qp.c). */
+enum tf_wc_opcode tf_verbs_send_wc_opcode(uint8_t op);
+void tf_verbs_mw_revoke_all(struct tf_verbs_qp *qp);
+void tf_verbs_qp_went_error(struct tf_verbs_qp *qp);
+int tf_verbs_queue_flush(struct tf_verbs_cq *cq, struct tf_verbs_qp *qp,
+			 uint64_t wr_id, enum tf_wc_opcode op);
+bool tf_verbs_siw_flushes_here(struct tf_verbs_qp *qp);
+
 #endif /* TOLLFREE_VERBS_INT_H */

@@ -182,7 +182,10 @@ static int check_live(struct tf_session *s)
 {
 	if (s->broken)
 		return -ENOTCONN;
-	if (TF__UNLIKELY(tf_qp_state(s->c->qp) == TF_QPS_ERR)) {
+	/* The QP's state as the provider keeps it: one relaxed load, not a
+	 * call, on every post. */
+	if (TF__UNLIKELY(__atomic_load_n(&s->c->qp->state, __ATOMIC_RELAXED) ==
+			 TF_QPS_ERR)) {
 		tf__sess_set_broken(s, -TF_EQPERR);
 		return -ENOTCONN;
 	}

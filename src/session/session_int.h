@@ -125,7 +125,7 @@ struct tf_stock {
 	struct tf_stock_ent *ent;
 	unsigned n, cap;
 	pthread_t thr;
-	pid_t pid; /* of the process whose thread it is */
+	unsigned fork_gen; /* a forked child has no thread (util's fork.c) */
 	bool running, stop;
 	bool blocked; /* a make failed: wait for the next take */
 	struct tf_ctl spare[TF_STOCK_SPARE];

@@ -25,7 +25,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "session_int.h"
 
@@ -140,7 +139,8 @@ int tf__stock_init(struct tf_node *node, unsigned cap)
 		return ret;
 	}
 	k->running = true;
-	k->pid = getpid();
+	tf__fork_init();
+	k->fork_gen = tf__fork_gen();
 	return 0;
 }
 
@@ -151,7 +151,7 @@ void tf__stock_fini(struct tf_node *node)
 	/* A forked child has the node's memory but not its thread (and a
 	 * lock the thread may have held at the fork): it leaves the stock
 	 * alone, as it leaves the parent's other objects. */
-	if (k->running && getpid() != k->pid)
+	if (k->running && k->fork_gen != tf__fork_gen())
 		return;
 	if (k->running) {
 		pthread_mutex_lock(&k->lock);
@@ -185,7 +185,7 @@ bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 	 * more outstanding than the depths it asked for (send_depth and
 	 * recv_depth below). */
 	if (!k->cap || sd > TF_STOCK_DEPTH || rd > TF_STOCK_DEPTH ||
-	    getpid() != k->pid)
+	    TF__UNLIKELY(k->fork_gen != tf__fork_gen()))
 		return false;
 	pthread_mutex_lock(&k->lock);
 	if (!k->n) {

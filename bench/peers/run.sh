@@ -21,7 +21,10 @@
 #     tollfree-bench lat --provider verbs on Soft-RoCE in a qemu guest,
 #     both ends in the guest (tests/vm/run.sh with TOLLFREE_VM_TESTS=none:
 #     minutes under TCG, where only the ratios mean something; RXE=0
-#     leaves it out);
+#     leaves it out), and in the same guest rdma_cm (cmtime, one
+#     connection: set-up + teardown) beside tollfree-bench crr's connect +
+#     close phases, and ucx_session with UCX_TLS=rc_verbs (rdmacm
+#     connection manager) beside tollfree-bench crr pool+mw/new;
 # and prints ONE table: what, transport, size, the median in microseconds
 # (one-way latency, or time per session for kind "session"), and the ratio
 # to the tollfree row of the same transport class, kind (put/write,
@@ -361,6 +364,25 @@ if [ "${RXE:-1}" = 1 ] && [ -x "$repo/tests/vm/run.sh" ] &&
 			add_row "tollfree-bench $op" rxe "$kind" "$sz" "$tf" \
 				"verbs provider, rxe0, best of $runs runs"
 		done <"$work/vm/peers.txt"
+		# sessions.txt: "what peer_us tollfree_us ratio runs" (absent when
+		# the guest had no cmtime, ucx_session or crr result).
+		[ -f "$work/vm/sessions.txt" ] &&
+			while read -r what peer tf _ runs; do
+				case $what in
+				rdma_cm-setup+teardown)
+					add_row "cmtime (rdma_cm) conn+close" rxe conn 0 \
+						"$peer" "rxe0, cmtime -c 1, best of $runs runs"
+					add_row "tollfree-bench crr conn+close" rxe conn 0 \
+						"$tf" "pool+mw/new connect+close phases, best run"
+					;;
+				ucx-rc_verbs-session)
+					add_row "ucx_session (put+flush)" rxe session 1024 \
+						"$peer" "UCX_TLS=rc_verbs, rdmacm CM, best of $runs runs"
+					add_row "tollfree-bench crr pool+mw/new" rxe session \
+						1024 "$tf" "verbs provider, rxe0, K=1 WRITE, best run"
+					;;
+				esac
+			done <"$work/vm/sessions.txt"
 	else
 		log "rxe rows skipped: $(grep -v '^$' "$work/vm.log" | tail -2)"
 	fi
@@ -369,7 +391,8 @@ fi
 # ------------------------------------------------------------ table
 # Ratio: this row's latency divided by tollfree's for the same transport
 # class (shm, tcp or rxe), kind (put: RDMA WRITE; get: RDMA READ; msg and
-# the floor: SEND) and size; above 1 means slower than tollfree.
+# the floor: SEND; conn: connection set-up + teardown; session: one short
+# session) and size; above 1 means slower than tollfree.
 {
 	echo "# tollfree peers: $(date -u '+%Y-%m-%d %H:%M UTC'), $(uname -r)"
 	echo "# cpu: $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo), nproc $(nproc), iterations $iters"

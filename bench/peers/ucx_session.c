@@ -3,7 +3,7 @@
  * ucx_session - a short session done with UCX, to set next to
  * `tollfree-bench crr -k 1 -s 1K --modes pool+mw/new`.
  *
- *   ucx_session [-n SESSIONS] [-w WARMUP] [-p PORT]
+ *   ucx_session [-n SESSIONS] [-w WARMUP] [-p PORT] [-a ADDR]
  *
  * Two processes (fork; the server pinned to the second CPU, the client to
  * the first, as tollfree-bench does).  Each UCP worker is created once.
@@ -18,7 +18,10 @@
  * Prints one line:
  *   ucx_session sessions=N min_us=.. median_us=.. avg_us=.. p99_us=..
  * Transports come from the environment (bench/peers/run.sh sets
- * UCX_TLS=tcp).
+ * UCX_TLS=tcp; tests/vm/run.sh UCX_TLS=rc_verbs with the rdmacm
+ * connection manager on Soft-RoCE).  ADDR (IPv4, default 127.0.0.1) is
+ * the listener's address and the one the client connects to: rdma_cm
+ * finds its device by it.
  *
  * Build: cc -O2 -o ucx_session ucx_session.c -lucp -lucs
  * (bench/CMakeLists.txt builds it when the UCX headers are installed).
@@ -48,6 +51,9 @@
 #define TAG_KEY	  0x7466u
 #define KEY_MAX	  1024
 #define TIMEOUT_S 30
+
+/* The listener's address, network order (-a). */
+static uint32_t srv_addr;
 
 struct key_msg {
 	uint64_t addr;
@@ -203,7 +209,7 @@ static int server(ucp_context_h ctx, ucp_worker_h w, uint16_t port,
 	struct srv_state s = {0};
 	struct sockaddr_in sa = {.sin_family = AF_INET,
 				 .sin_port = htons(port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+				 .sin_addr.s_addr = srv_addr};
 	ucp_listener_params_t lp = {
 		.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR |
 			      UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
@@ -253,7 +259,7 @@ static int session(ucp_worker_h w, uint16_t port, const uint8_t *src,
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET,
 				 .sin_port = htons(port),
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+				 .sin_addr.s_addr = srv_addr};
 	ucp_ep_params_t ep_p = {
 		.field_mask = UCP_EP_PARAM_FIELD_FLAGS |
 			      UCP_EP_PARAM_FIELD_SOCK_ADDR |
@@ -272,24 +278,44 @@ static int session(ucp_worker_h w, uint16_t port, const uint8_t *src,
 	ucp_rkey_h rkey;
 	ucp_ep_h ep;
 	uint64_t t0 = now_ns();
+	const char *step = "ep_create";
+	ucs_status_t st;
 	int ret = -1;
 
-	if (ucp_ep_create(w, &ep_p, &ep) != UCS_OK)
-		return -1;
-	if (wait_req(w, ucp_tag_recv_nbx(w, &msg, sizeof(msg), TAG_KEY,
-					 (ucp_tag_t)-1, &rp)) != UCS_OK ||
-	    msg.len > KEY_MAX)
+	st = ucp_ep_create(w, &ep_p, &ep);
+	if (st != UCS_OK)
+		goto fail;
+	step = "key receive";
+	st = wait_req(w, ucp_tag_recv_nbx(w, &msg, sizeof(msg), TAG_KEY,
+					  (ucp_tag_t)-1, &rp));
+	if (st != UCS_OK || msg.len > KEY_MAX)
 		goto out;
-	if (ucp_ep_rkey_unpack(ep, msg.key, &rkey) != UCS_OK)
+	step = "rkey_unpack";
+	st = ucp_ep_rkey_unpack(ep, msg.key, &rkey);
+	if (st != UCS_OK)
 		goto out;
-	if (wait_req(w, ucp_put_nbx(ep, src, PUT_SIZE, msg.addr, rkey, &rp)) ==
-		    UCS_OK &&
-	    wait_req(w, ucp_ep_flush_nbx(ep, &rp)) == UCS_OK)
+	step = "put";
+	st = wait_req(w, ucp_put_nbx(ep, src, PUT_SIZE, msg.addr, rkey, &rp));
+	if (st == UCS_OK) {
+		step = "flush";
+		st = wait_req(w, ucp_ep_flush_nbx(ep, &rp));
+	}
+	if (st == UCS_OK)
 		ret = 0;
 	ucp_rkey_destroy(rkey);
 out:
-	if (wait_req(w, ucp_ep_close_nbx(ep, &cp)) != UCS_OK)
-		ret = -1;
+	if (ret == 0) {
+		step = "ep_close";
+		st = wait_req(w, ucp_ep_close_nbx(ep, &cp));
+		if (st != UCS_OK)
+			ret = -1;
+	} else {
+		wait_req(w, ucp_ep_close_nbx(ep, &cp));
+	}
+fail:
+	if (ret)
+		fprintf(stderr, "ucx_session: %s: %s\n", step,
+			ucs_status_string(st));
 	*ns = now_ns() - t0;
 	return ret;
 }
@@ -311,7 +337,8 @@ int main(int argc, char **argv)
 	char ok;
 	pid_t pid;
 
-	while ((c = getopt(argc, argv, "n:w:p:")) != -1) {
+	srv_addr = htonl(INADDR_LOOPBACK);
+	while ((c = getopt(argc, argv, "n:w:p:a:")) != -1) {
 		switch (c) {
 		case 'n':
 			n = (unsigned)strtoul(optarg, NULL, 10);
@@ -322,9 +349,16 @@ int main(int argc, char **argv)
 		case 'p':
 			port = (uint16_t)strtoul(optarg, NULL, 10);
 			break;
+		case 'a':
+			if (inet_pton(AF_INET, optarg, &srv_addr) != 1) {
+				fprintf(stderr, "ucx_session: bad address %s\n",
+					optarg);
+				return 2;
+			}
+			break;
 		default:
 			fprintf(stderr, "usage: ucx_session [-n SESSIONS] "
-					"[-w WARMUP] [-p PORT]\n");
+					"[-w WARMUP] [-p PORT] [-a ADDR]\n");
 			return 2;
 		}
 	}

@@ -226,9 +226,93 @@ run_peers() {
 	echo "@@PEERS_END"
 }
 
+# Short sessions on rxe0, both ends in this guest, PEERS_REPS runs each:
+#   cmtime -c 1 (rdma-core: one rdma_cm connection, set up and torn down
+#   step by step), ucx_session (bench/peers/ucx_session.c: UCX rc_verbs,
+#   connected through UCX's rdmacm connection manager) and
+#   tollfree-bench crr --provider verbs -k 1 -s 1K --modes pool+mw/new
+#   (median connect and close phases, and the median session).
+# One record per result:
+#   @@SESS cmtime <step> <us> <rep>      (cmtime's "us / conn" column)
+#   @@SESS crr <connect_us> <close_us> <session_us> <rep>
+#   @@SESS ucx <median_session_us> <rep>
+#   @@SESSFAIL <tool> rep <rep>: <last lines of its output>
+run_sessions() {
+	addr=10.11.12.1 # dummy0's, rxe0's netdev
+	port=7470
+	ucx_ok=1
+	echo "@@SESS_BEGIN reps=$PEERS_REPS sessions=$SESS_N"
+	rep=1
+	while [ "$rep" -le "$PEERS_REPS" ]; do
+		if [ -x /tf/bin/cmtime ]; then
+			port=$((port + 1))
+			# cmtime's server (6.1's rdma-core 44) serves until it is
+			# killed; the client is retried while the server is not
+			# listening yet (it prints "event: ..." and exits 0).
+			timeout 120 /tf/bin/cmtime -b "$addr" -p "$port" \
+				>/tmp/cmt.srv 2>&1 &
+			srv=$!
+			sleep 0.5
+			i=0
+			while [ $i -lt 10 ]; do
+				timeout 60 /tf/bin/cmtime -s "$addr" -b "$addr" \
+					-c 1 -p "$port" >/tmp/cmt.cli 2>&1
+				grep -q -e '^event:' -e 'ERROR' -e failure \
+					/tmp/cmt.cli || break
+				sleep 0.5
+				i=$((i + 1))
+			done
+			kill "$srv" 2>/dev/null
+			wait "$srv" 2>/dev/null
+			if grep -q '^connect *:' /tmp/cmt.cli &&
+				[ $i -lt 10 ]; then
+				awk -F: -v r="$rep" 'NF == 2 && $1 ~ /^[a-z ]+$/ {
+					n = split($2, v, " ")
+					if (n != 4) next
+					s = $1; sub(/ +$/, "", s); gsub(/ /, "_", s)
+					print "@@SESS cmtime " s " " v[4] " " r
+				}' /tmp/cmt.cli
+			else
+				echo "@@SESSFAIL cmtime rep $rep: $(tail -4 /tmp/cmt.cli |
+					tr '\n' ' ')"
+			fi
+		fi
+		TOLLFREE_DEVICE=rxe0 timeout 300 /tf/bin/tollfree-bench crr \
+			--provider verbs --device rxe0 -k 1 -s 1K \
+			--modes pool+mw/new -n "$SESS_N" --csv >/tmp/crr.csv 2>&1
+		# mode,sessions,t_min,t_typical,...,connect(10),...,close(14)
+		awk -F, -v r="$rep" '$1 == "pool+mw/new" && NF >= 14 {
+			print "@@SESS crr " $10 " " $14 " " $4 " " r }' /tmp/crr.csv
+		grep -q '^pool+mw/new,' /tmp/crr.csv ||
+			echo "@@SESSFAIL crr rep $rep: $(tail -3 /tmp/crr.csv |
+				tr '\n' ' ')"
+		# A UCX failure is the same every run: said once.
+		if [ -x /tf/bin/ucx_session ] && [ $ucx_ok = 1 ]; then
+			port=$((port + 1))
+			UCX_TLS=rc_verbs UCX_NET_DEVICES=rxe0:1 \
+				UCX_SOCKADDR_TLS_PRIORITY=rdmacm \
+				timeout 300 /tf/bin/ucx_session -n "$SESS_N" \
+				-w $((SESS_N / 10 + 1)) -p "$port" -a "$addr" \
+				>/tmp/ucx.out 2>&1
+			v=$(sed -n 's/.* median_us=\([0-9.]*\).*/\1/p' /tmp/ucx.out)
+			if [ -n "$v" ]; then
+				echo "@@SESS ucx $v $rep"
+			else
+				ucx_ok=0
+				echo "@@SESSFAIL ucx rep $rep: $(grep -v '^$' \
+					/tmp/ucx.out | tail -6 | tr '\n' ' ')"
+			fi
+		fi
+		rep=$((rep + 1))
+	done
+	echo "@@SESS_END"
+}
+
 if [ "$PEERS" = 1 ]; then
 	mark "PEERS perftest"
 	run_peers
+	mark "PEERS sessions"
+	run_sessions
 fi
 
 if [ "$BENCH" = 1 ]; then

@@ -19,6 +19,12 @@
 # perftest installed, ib_write_lat, ib_read_lat and ib_send_lat run beside
 # "tollfree-bench lat --provider verbs" on rxe0 (8 B and 1 KiB, both ends
 # in the guest), and a table gives tollfree's latency over perftest's.
+# Beside them, on rxe0 too: rdma-core's cmtime with one connection a run
+# (rdma_cm set-up and teardown step by step) against the connect and
+# close phases of "tollfree-bench crr --provider verbs" (pool+mw/new,
+# K=1, 1 KiB), and bench/peers/ucx_session (UCX rc_verbs, connected by
+# UCX's rdmacm connection manager) against the same crr sessions; a
+# second table gives both ratios.
 #
 # Debian's kernels have no siw.ko: tests/vm/siw-module.sh builds it from
 # the kernel's linux-source package (once per kernel, cached); without it
@@ -40,8 +46,11 @@
 # the last lines of /tmp/wrap.out join the test's output), TOLLFREE_VM_TOPOS
 # ("loop veth siw"), TOLLFREE_VM_PEERS (1: the perftest comparison; 0:
 # none), TOLLFREE_VM_PEERS_REPS (runs of each tool, 3; the best counts),
-# TOLLFREE_VM_PEERS_ITERS (iterations a run, 1000).  The perftest table is
-# also written to TOLLFREE_VM_WORK/peers.txt (bench/peers/run.sh reads it).
+# TOLLFREE_VM_PEERS_ITERS (iterations a run, 1000),
+# TOLLFREE_VM_PEERS_SESSIONS (crr and ucx_session sessions a run, 30).
+# The perftest table is also written to TOLLFREE_VM_WORK/peers.txt and
+# the session table to TOLLFREE_VM_WORK/sessions.txt (bench/peers/run.sh
+# reads both).
 #
 # KVM is not used: the build machines' /dev/kvm is a PVM hypervisor that
 # stock kernels cannot run under.  The guest runs under TCG, where timings
@@ -72,7 +81,8 @@ mkdir -p "$CACHE" "$W"
 # ------------------------------------------------------------- packages
 PKGS="qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-providers
       iproute2 xz-utils"
-[ "${TOLLFREE_VM_PEERS:-1}" = 1 ] && PKGS="$PKGS perftest"
+[ "${TOLLFREE_VM_PEERS:-1}" = 1 ] &&
+	PKGS="$PKGS perftest rdmacm-utils libucx-dev"
 MISSING=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' ||
@@ -188,6 +198,35 @@ if [ "$PEERS" = 1 ]; then
 		PERFTEST=""
 	fi
 fi
+# The session comparison's peers: cmtime (rdmacm-utils) and ucx_session,
+# built here against the host's UCX (the guest has no compiler; host and
+# guest share Debian 12's libucx0) unless the build tree has it.
+CMTIME=""
+UCXS=""
+UCX_MODS=""
+if [ "$PEERS" = 1 ]; then
+	CMTIME=$(command -v cmtime || true)
+	[ -n "$CMTIME" ] || log "no cmtime (rdmacm-utils): no rdma_cm row"
+	if [ -x "$BUILD/bench/ucx_session" ]; then
+		UCXS=$BUILD/bench/ucx_session
+	elif [ -f /usr/include/ucp/api/ucp.h ] &&
+		cc -O2 -o "$W/ucx_session" "$HERE/../../bench/peers/ucx_session.c" \
+			-lucp -lucs 2>"$W/ucx_session.build"; then
+		UCXS=$W/ucx_session
+	else
+		log "no ucx_session (libucx-dev?): no UCX row"
+	fi
+	# UCX dlopen()s its transports from <libdir>/ucx: verbs and rdma_cm.
+	for f in /usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so* \
+		/usr/lib/x86_64-linux-gnu/ucx/libuct_rdmacm.so*; do
+		[ -n "$UCXS" ] && [ -e "$f" ] && UCX_MODS="$UCX_MODS $f"
+	done
+fi
+
+SESS_N=${TOLLFREE_VM_PEERS_SESSIONS:-30}
+case $SESS_N in
+'' | *[!0-9]* | 0*) die "TOLLFREE_VM_PEERS_SESSIONS: a count from 1, not '$SESS_N'" ;;
+esac
 
 R="$W/initramfs"
 rm -rf "$R"
@@ -262,9 +301,10 @@ if [ -n "$EXAMPLES" ]; then
 	chmod +x "$R/tf/bin/kv_test.sh" "$R/tf/bin/kv_example"
 fi
 [ $BENCH = 1 ] && cp "$BUILD/tools/tollfree-bench" "$R/tf/bin/"
-for f in $PERFTEST; do cp "$f" "$R/tf/bin/"; done
-# shellcheck disable=SC2086 # PROV is a list
-for f in $BINS "$R"/tf/bin/* $PROV /lib/x86_64-linux-gnu/libgcc_s.so.1; do
+for f in $PERFTEST $CMTIME $UCXS; do cp "$f" "$R/tf/bin/"; done
+# shellcheck disable=SC2086 # PROV and UCX_MODS are lists
+for f in $BINS "$R"/tf/bin/* $PROV $UCX_MODS \
+	/lib/x86_64-linux-gnu/libgcc_s.so.1; do
 	case "$f" in *.so*) echo "$f" ;; esac
 	ldd "$f" 2>/dev/null |
 		awk '/=>/ && $3 ~ /^\//{print $3} /^[ \t]*\//{print $1}' ||
@@ -283,6 +323,7 @@ done
 	printf 'TEST_TIMEOUT=%q\nBENCH=%q\n' "$TEST_TIMEOUT" "$BENCH"
 	printf 'PEERS=%q\nPEERS_REPS=%q\nPEERS_ITERS=%q\n' "$PEERS" \
 		"${TOLLFREE_VM_PEERS_REPS:-3}" "${TOLLFREE_VM_PEERS_ITERS:-1000}"
+	printf 'SESS_N=%q\n' "$SESS_N"
 	TOPOS=""
 	for t in ${TOLLFREE_VM_TOPOS:-loop veth siw}; do
 		[ "$t" = siw ] && [ $SIW = 0 ] && continue
@@ -319,6 +360,7 @@ log "guest ran $(($(date +%s) - T_BOOT)) s (qemu rc $QRC)"
 # One line per test: PASS/FAIL/SKIP, the skip reason or the failure's
 # last lines, then a table.  Test output is in the console log.
 rm -f "$W/summary.txt" "$W/summary.txt.observe" "$W/devices.txt"
+: >"$W/summary.txt" # stays empty when no test ran (TOLLFREE_VM_TESTS=none)
 awk -v out="$W/summary.txt" -v devs="$W/devices.txt" '
 function flush_test() {
 	if (name == "") return
@@ -416,6 +458,97 @@ if grep -q '^@@PEER ' "$LOG"; then
 	cat "$W/peers.txt"
 elif [ "$PEERS" = 1 ]; then
 	echo "peers: no perftest/tollfree-bench results (see $LOG)"
+fi
+# Short sessions on rxe0: the best run of each (cmtime: the run with the
+# least set-up + teardown; crr: the least connect + close, and the least
+# median session; ucx_session: the least median session).  Rows:
+#   rdma_cm-setup+teardown  cmtime's create id .. connect, disconnect +
+#                           destroy, against crr's connect + close phases
+#                           (ratio: tollfree over rdma_cm);
+#   rdma_cm-without-bind    the same less cmtime's bind step: with one
+#                           connection a process, librdmacm opens the
+#                           device and allocates its PD there (first use),
+#                           which tollfree's long-lived node does not
+#                           repeat per session;
+#   ucx-rc_verbs-session    ucx_session's median session against crr's
+#                           (ratio: UCX over tollfree).
+# Also written to sessions.txt: "what peer_us tollfree_us ratio runs".
+rm -f "$W/sessions.txt"
+grep '^@@SESSFAIL' "$LOG" | sed 's/^@@SESSFAIL/sessions: failed:/' || true
+if grep -q '^@@SESS ' "$LOG"; then
+	awk -v out="$W/sessions.txt" '
+	/^@@SESS cmtime / {
+		r = $5
+		if ($3 ~ /^(disconnect|destroy)$/) down[r] += $4
+		else up[r] += $4
+		if ($3 == "bind_addr") bind[r] = $4
+		step[$3] = 1; sv[$3, r] = $4; cm[r] = 1
+	}
+	/^@@SESS crr / {
+		c = $3 + $4
+		if (ncrr == 0 || c < best_cc) {
+			best_cc = c; best_conn = $3; best_close = $4
+		}
+		if (ncrr == 0 || $5 + 0 < best_tf) best_tf = $5
+		ncrr++
+	}
+	/^@@SESS ucx / {
+		if (nucx == 0 || $3 + 0 < best_ucx) best_ucx = $3
+		nucx++
+	}
+	END {
+		for (r in cm) {
+			t = up[r] + down[r]
+			ncm++
+			if (ncm == 1 || t < best_cm) { best_cm = t; best_r = r }
+		}
+		if (ncm) {
+			line = "rdma_cm steps (cmtime -c 1, best run, us):"
+			split("create_id bind_addr resolve_addr resolve_route " \
+			      "create_qp connect disconnect destroy", o, " ")
+			for (i = 1; i <= 8; i++)
+				if ((o[i], best_r) in sv)
+					line = line " " o[i] "=" sv[o[i], best_r]
+			print line
+			print "tollfree crr pool+mw/new phases (best run, us):" \
+			      " connect=" best_conn " close=" best_close
+		}
+		printf "%-26s %12s %12s %7s %5s  %s\n", "what", "peer_us",
+		       "tollfree_us", "ratio", "runs", "ratio is"
+		if (ncm && ncrr) {
+			printf "%-26s %12.1f %12.1f %7.2f %5d  %s\n",
+			       "rdma_cm-setup+teardown", best_cm, best_cc,
+			       best_cc / best_cm, ncm,
+			       "tollfree connect+close over rdma_cm setup+teardown (target <= 0.5)"
+			printf "%-26s %12.1f %12.1f %7.2f %5d\n",
+			       "rdma_cm-setup+teardown", best_cm, best_cc,
+			       best_cc / best_cm, ncm > out
+			nb = best_cm - bind[best_r]
+			printf "%-26s %12.1f %12.1f %7.2f %5d  %s\n",
+			       "rdma_cm-without-bind", nb, best_cc,
+			       best_cc / nb, ncm,
+			       "the same, less bind addr (librdmacm opens the device there)"
+			printf "%-26s %12.1f %12.1f %7.2f %5d\n",
+			       "rdma_cm-without-bind", nb, best_cc,
+			       best_cc / nb, ncm > out
+		}
+		if (nucx && ncrr) {
+			printf "%-26s %12.1f %12.1f %7.2f %5d  %s\n",
+			       "ucx-rc_verbs-session", best_ucx, best_tf,
+			       best_ucx / best_tf, nucx,
+			       "UCX rc_verbs session over tollfree pool+mw/new (target >= 3)"
+			printf "%-26s %12.1f %12.1f %7.2f %5d\n",
+			       "ucx-rc_verbs-session", best_ucx, best_tf,
+			       best_ucx / best_tf, nucx > out
+		}
+	}' "$LOG" >"$W/sessions.report"
+	echo "--- short sessions on rxe0, same guest ($(
+		sed -n 's/^@@SESS_BEGIN //p' "$LOG" | head -1); crr: tollfree-bench" \
+		"crr --provider verbs -k 1 -s 1K --modes pool+mw/new; the best" \
+		"run of each; TCG: only the ratios mean something) ---"
+	cat "$W/sessions.report"
+elif [ "$PEERS" = 1 ]; then
+	echo "sessions: no cmtime/ucx_session/crr results (see $LOG)"
 fi
 if [ -s "$W/summary.txt.observe" ]; then
 	echo "--- device behaviour observed by the tests ---"

@@ -108,7 +108,7 @@ static void client_round(struct tf_pair *p, tf_node_t *node, uint16_t port,
 	int bm, bw, xw;
 	uint64_t v;
 
-	CHECK_OK(tf_session_connect(node, "127.0.0.1", port, &sp, &s));
+	CHECK_OK(tf_session_connect(node, st_host(), port, &sp, &s));
 	CHECK(tf_session_reused(s) == (round > 0));
 	CHECK(tf_session_peer_exposures(s) >= 1);
 	CHECK_OK(tf_session_peer_exposure(s, 0, &e0));
@@ -204,7 +204,7 @@ int main(void)
 		if (p.side == TF_SIDE_B) {
 			tf_listener_t *l;
 
-			CHECK_OK(tf_listener_create(node, NULL, &l));
+			CHECK_OK(st_listen(node, &l));
 			tf_test_send_u64(&p, tf_listener_port(l));
 			for (int r = 0; r < 2; r++)
 				server_round(&p, l, r);

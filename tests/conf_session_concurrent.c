@@ -92,7 +92,7 @@ int main(void)
 	CHECK(s && slice && buf);
 	node = st_node(&p, -1, NULL, 0);
 	if (p.side == TF_SIDE_B) {
-		CHECK_OK(tf_listener_create(node, NULL, &l));
+		CHECK_OK(st_listen(node, &l));
 		tf_test_send_u64(&p, tf_listener_port(l));
 	} else {
 		port = (uint16_t)tf_test_recv_u64(&p);
@@ -114,8 +114,7 @@ int main(void)
 		}
 		tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
 					  .flags = TF_SESSION_NO_REUSE};
-		int ret =
-			tf_session_connect(node, "127.0.0.1", port, &sp, &s[i]);
+		int ret = tf_session_connect(node, st_host(), port, &sp, &s[i]);
 
 		CHECKF(ret == 0, "session %u of %u: tf_session_connect: %s",
 		       i + 1, n, tf_strerror(ret));

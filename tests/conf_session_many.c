@@ -174,7 +174,7 @@ int main(void)
 		warm = n > 2000 ? 1000 : n / 2;
 	node = st_node(&p, -1, NULL, 0);
 	if (p.side == TF_SIDE_B) {
-		CHECK_OK(tf_listener_create(node, NULL, &l));
+		CHECK_OK(st_listen(node, &l));
 		tf_test_send_u64(&p, tf_listener_port(l));
 	} else {
 		port = (uint16_t)tf_test_recv_u64(&p);
@@ -206,8 +206,8 @@ int main(void)
 				.flags =
 					i % 64 == 63 ? TF_SESSION_NO_REUSE : 0};
 
-			CHECK_OK(tf_session_connect(node, "127.0.0.1", port,
-						    &sp, &s));
+			CHECK_OK(tf_session_connect(node, st_host(), port, &sp,
+						    &s));
 			CHECK_OK(tf_session_wait_peer(
 				s, 1, 4 * tf_test_timeout_ms()));
 			CHECK_OK(tf_session_rent(s, 128, &b, (void **)&m));

@@ -55,7 +55,7 @@ static void server(struct tf_pair *p, tf_node_t *node, int n)
 	tf_listener_t *l;
 	unsigned same = 0;
 
-	CHECK_OK(tf_listener_create(node, NULL, &l));
+	CHECK_OK(st_listen(node, &l));
 	tf_test_send_u64(p, tf_listener_port(l));
 	for (int i = 0; i < n; i++) {
 		tf_session_t *s;
@@ -129,7 +129,7 @@ static void client(struct tf_pair *p, tf_node_t *node, int n)
 		uint8_t *m;
 		int b;
 
-		CHECK_OK(tf_session_connect(node, "127.0.0.1", port, NULL, &s));
+		CHECK_OK(tf_session_connect(node, st_host(), port, NULL, &s));
 		CHECK_OK(tf_session_peer_exposure(s, 0, &old));
 		keys[i] = old.rkey;
 		CHECK_OK(tf_session_rent(s, LEN, &b, (void **)&m));
@@ -138,7 +138,7 @@ static void client(struct tf_pair *p, tf_node_t *node, int n)
 		CHECK_FILL(m, LEN, 2 * (uint32_t)i);
 		tf_session_close(s);
 
-		CHECK_OK(tf_session_connect(node, "127.0.0.1", port, NULL, &s));
+		CHECK_OK(tf_session_connect(node, st_host(), port, NULL, &s));
 		CHECKF(tf_session_reused(s), "attempt %d: not reused", i);
 		if (ops[i % 4] == TF_WR_ATOMIC_FETCH_ADD ||
 		    ops[i % 4] == TF_WR_ATOMIC_CMP_SWP) {

@@ -61,7 +61,7 @@ static void client(struct tf_pair *p, tf_node_t *node, uint16_t port)
 	tf_exposure_info_t e;
 	tf_session_t *s;
 
-	CHECK_OK(tf_session_connect(node, "127.0.0.1", port, NULL, &s));
+	CHECK_OK(tf_session_connect(node, st_host(), port, NULL, &s));
 	CHECK(tf_session_peer_count(s) == 2);
 	CHECK(tf_session_peer_exposures(s) == 2);
 	CHECK_OK(tf_session_peer_exposure(s, 1, &e));
@@ -83,7 +83,7 @@ int main(void)
 	if (p.side == TF_SIDE_B) {
 		tf_listener_t *l;
 
-		CHECK_OK(tf_listener_create(node, NULL, &l));
+		CHECK_OK(st_listen(node, &l));
 		tf_test_send_u64(&p, tf_listener_port(l));
 		server(&p, l);
 		tf_listener_destroy(l);

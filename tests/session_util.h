@@ -47,6 +47,22 @@ static inline tf_node_t *st_node(struct tf_pair *p, int use_mw, const void *psk,
 	return node;
 }
 
+/* A listener of @node that side A can reach: 127.0.0.1, or in peer mode
+ * (tf_test.h) any address, the other side being another machine. */
+static inline int st_listen(tf_node_t *node, tf_listener_t **l)
+{
+	tf_listener_params_t lp = {.field_mask = TF_LISTENER_PARAM_ADDR,
+				   .addr = "0.0.0.0"};
+
+	return tf_listener_create(node, tf_test_peer_mode() ? &lp : NULL, l);
+}
+
+/* The host side A connects its sessions to (see st_listen). */
+static inline const char *st_host(void)
+{
+	return tf_test_peer_host();
+}
+
 /* Server: accept one session within the test timeout. */
 static inline tf_session_t *st_accept(tf_listener_t *l, unsigned flags)
 {

@@ -8,7 +8,10 @@
  * for the unit tests (with tf_test_unit.c).
  */
 #include <errno.h>
+#include <netdb.h>
 #include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <poll.h>
@@ -268,6 +271,9 @@ peer_gone(struct tf_pair *p, const char *what)
 		       what);
 		exit(TF_TEST_FAIL);
 	}
+	if (p->peer_pid <= 0) /* peer mode: its output says why */
+		tf_test_fail(__FILE__, __LINE__,
+			     "side B (remote) went away during %s", what);
 	if (waitpid(p->peer_pid, &st, 0) != p->peer_pid)
 		tf_test_fail(__FILE__, __LINE__, "side B lost during %s: %m",
 			     what);
@@ -383,24 +389,152 @@ struct tf_test_rbuf tf_test_recv_rbuf(struct tf_pair *p)
 	return rb;
 }
 
+/* ------------------------------------------------------ peer mode */
+
+/* TOLLFREE_TEST_PEER_ADDR split into host and port (0: not peer mode). */
+static int peer_addr(char *host, size_t hlen, char *port, size_t plen)
+{
+	const char *a = getenv("TOLLFREE_TEST_PEER_ADDR");
+	const char *colon = a ? strrchr(a, ':') : NULL;
+	char *end;
+	long l;
+
+	if (!a || !*a)
+		return 0;
+	if (!colon || colon == a || (size_t)(colon - a) >= hlen ||
+	    strlen(colon + 1) >= plen)
+		tf_test_fail(__FILE__, __LINE__,
+			     "TOLLFREE_TEST_PEER_ADDR '%s': want HOST:PORT", a);
+	l = strtol(colon + 1, &end, 10);
+	if (*end || l <= 0 || l > 65535)
+		tf_test_fail(__FILE__, __LINE__,
+			     "TOLLFREE_TEST_PEER_ADDR '%s': bad port", a);
+	memcpy(host, a, (size_t)(colon - a));
+	host[colon - a] = '\0';
+	snprintf(port, plen, "%s", colon + 1);
+	return 1;
+}
+
+/* Peer mode's side (-1: not peer mode). */
+static int peer_side(void)
+{
+	const char *s = getenv("TOLLFREE_TEST_PEER_SIDE");
+
+	if (!s || !*s)
+		return -1;
+	if (!strcmp(s, "A"))
+		return TF_SIDE_A;
+	if (!strcmp(s, "B"))
+		return TF_SIDE_B;
+	tf_test_fail(__FILE__, __LINE__,
+		     "TOLLFREE_TEST_PEER_SIDE '%s': want A or B", s);
+}
+
+bool tf_test_peer_mode(void)
+{
+	return peer_side() >= 0;
+}
+
+const char *tf_test_peer_host(void)
+{
+	static char host[256];
+	char port[8];
+
+	if (peer_side() != TF_SIDE_A ||
+	    !peer_addr(host, sizeof(host), port, sizeof(port)))
+		return "127.0.0.1";
+	return host;
+}
+
+/* The channel of peer mode: side B listens on the port of
+ * TOLLFREE_TEST_PEER_ADDR (any address), side A connects to it until the
+ * test timeout has passed (side B may start later). */
+static int peer_channel(enum tf_test_side side)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai = NULL;
+	uint64_t deadline = now_ms() + 4ull * (uint64_t)tf_test_timeout_ms();
+	char host[256], port[8];
+	int fd = -1, one = 1, r;
+
+	if (!peer_addr(host, sizeof(host), port, sizeof(port)))
+		tf_test_fail(__FILE__, __LINE__,
+			     "TOLLFREE_TEST_PEER_SIDE needs "
+			     "TOLLFREE_TEST_PEER_ADDR=HOST:PORT");
+	if (side == TF_SIDE_B) {
+		hints.ai_family = AF_INET;
+		hints.ai_flags = AI_PASSIVE;
+	}
+	r = getaddrinfo(side == TF_SIDE_B ? NULL : host, port, &hints, &ai);
+	if (r)
+		tf_test_fail(__FILE__, __LINE__, "peer address %s:%s: %s", host,
+			     port, gai_strerror(r));
+	if (side == TF_SIDE_B) {
+		int lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct pollfd pfd = {.fd = lfd, .events = POLLIN};
+
+		if (lfd < 0 ||
+		    setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one,
+			       sizeof(one)) ||
+		    bind(lfd, ai->ai_addr, ai->ai_addrlen) || listen(lfd, 1))
+			tf_test_fail(__FILE__, __LINE__,
+				     "peer channel: listen on port %s: %m",
+				     port);
+		if (poll(&pfd, 1, 4 * tf_test_timeout_ms()) == 1)
+			fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		close(lfd);
+		if (fd < 0)
+			tf_test_fail(__FILE__, __LINE__,
+				     "peer channel: side A did not connect to "
+				     "port %s",
+				     port);
+	} else {
+		for (;;) {
+			fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC,
+				    0);
+			if (fd < 0)
+				tf_test_fail(__FILE__, __LINE__, "socket: %m");
+			if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
+				break;
+			close(fd);
+			if (now_ms() > deadline)
+				tf_test_fail(__FILE__, __LINE__,
+					     "peer channel: connect to %s:%s: "
+					     "%m",
+					     host, port);
+			usleep(100000);
+		}
+	}
+	freeaddrinfo(ai);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
 void tf_test_pair_open(struct tf_pair *p)
 {
 	tf_context_params_t params = {0};
 	pid_t parent = getpid(), pid;
 	const char *peer_dev;
-	int sv[2], ret;
+	int sv[2], ret, side = peer_side();
 
 	memset(p, 0, sizeof(*p));
 	p->sock = -1;
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
+	if (side >= 0) {
+		/* Peer mode: this process is one side; the other runs
+		 * elsewhere (another machine) and is reached by TCP. */
+		p->side = (enum tf_test_side)side;
+		p->sock = peer_channel(p->side);
+		p->peer_pid = 0;
+	} else if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
 		tf_test_fail(__FILE__, __LINE__, "socketpair: %m");
 	/* Flush before fork so that buffered output is not printed twice. */
 	fflush(stdout);
 	fflush(stderr);
-	pid = fork();
+	pid = side >= 0 ? 1 : fork();
 	if (pid < 0)
 		tf_test_fail(__FILE__, __LINE__, "fork: %m");
-	if (pid == 0) {
+	if (side >= 0) {
+		/* the side and channel are set */
+	} else if (pid == 0) {
 		/* Die with side A, whatever way it ends. */
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
@@ -451,6 +585,9 @@ void tf_test_pair_kill_peer(struct tf_pair *p)
 	int st;
 
 	CHECK(p->side == TF_SIDE_A && !p->peer_dead);
+	if (p->peer_pid <= 0)
+		tf_test_skip("peer mode: side B runs elsewhere, cannot be "
+			     "killed from here");
 	CHECK(kill(p->peer_pid, SIGKILL) == 0);
 	CHECK(waitpid(p->peer_pid, &st, 0) == p->peer_pid);
 	CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL,
@@ -482,6 +619,26 @@ int tf_test_pair_end(struct tf_pair *p)
 	       "VmPin %ld bytes after teardown, %ld before the context", pin,
 	       p->vmpin0);
 	rc = tf_test_end();
+	if (p->peer_pid <= 0 && !p->peer_dead) {
+		/* Peer mode: trade results; both sides end with the
+		 * combined one (fail, else skip, else pass). */
+		uint8_t mine = (uint8_t)rc, theirs = TF_TEST_FAIL;
+
+		tf_test_send_msg(p, &mine, 1);
+		tf_test_recv_msg(p, &theirs, 1);
+		close(p->sock);
+		p->sock = -1;
+		p->peer_dead = true;
+		if (theirs == TF_TEST_SKIP && rc != TF_TEST_FAIL)
+			rc = TF_TEST_SKIP;
+		else if (theirs != TF_TEST_PASS && theirs != TF_TEST_SKIP)
+			rc = TF_TEST_FAIL;
+		if (p->side == TF_SIDE_B) {
+			fflush(stdout);
+			exit(rc);
+		}
+		return rc;
+	}
 	if (p->side == TF_SIDE_B) {
 		fflush(stdout);
 		exit(rc);

@@ -17,6 +17,15 @@
  *   TOLLFREE_TEST_STRICT=1      skips fail on the soft provider
  *   TOLLFREE_TEST_TIMEOUT_MS    wait for one completion/message (15000)
  *   TOLLFREE_TEST_ALARM_S       whole-test watchdog per process (110)
+ * Peer mode (two machines, e.g. tests/vm/run.sh's "two" topology): no
+ * fork; this process is one side and the other runs elsewhere.
+ *   TOLLFREE_TEST_PEER_SIDE     A or B: the side this process is
+ *   TOLLFREE_TEST_PEER_ADDR     HOST:PORT of the test channel: side B
+ *                               listens on PORT (any address), side A
+ *                               connects to HOST:PORT; session tests
+ *                               connect to HOST (tf_test_peer_host) and
+ *                               listen on any address (st_listen)
+ * Tests that kill their peer skip in peer mode.
  */
 #ifndef TF_TEST_H
 #define TF_TEST_H
@@ -182,8 +191,15 @@ void tf_test_pair_start(struct tf_pair *p, const tf_qp_params_t *params);
  * either skipped, else pass).
  */
 int tf_test_pair_end(struct tf_pair *p);
-/* Side A: SIGKILL side B and reap it; later pair calls do not expect it. */
+/* Side A: SIGKILL side B and reap it; later pair calls do not expect it.
+ * Skips in peer mode. */
 void tf_test_pair_kill_peer(struct tf_pair *p);
+/* Peer mode (TOLLFREE_TEST_PEER_SIDE set): the sides are two processes
+ * that share nothing but the channel, on two machines. */
+bool tf_test_peer_mode(void);
+/* The host side A reaches side B's listeners at: TOLLFREE_TEST_PEER_ADDR's
+ * host in peer mode, else 127.0.0.1. */
+const char *tf_test_peer_host(void);
 
 /*
  * tf_test_qp_open - create a QP with @params (NULL: defaults), exchange

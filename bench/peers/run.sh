@@ -349,7 +349,8 @@ done
 if [ "${RXE:-1}" = 1 ] && [ -x "$repo/tests/vm/run.sh" ] &&
 	[ -x "$bench" ]; then
 	log "rxe: perftest beside tollfree-bench lat in a qemu guest"
-	if TOLLFREE_VM_TESTS=none TOLLFREE_VM_WORK="$work/vm" \
+	if TOLLFREE_VM_TESTS=none TOLLFREE_VM_TOPOS=loop \
+		TOLLFREE_VM_WORK="$work/vm" \
 		timeout $((tmo * 10)) "$repo/tests/vm/run.sh" "$build" \
 		>"$work/vm.log" 2>&1 && [ -s "$work/vm/peers.txt" ]; then
 		runs=$(awk 'NR == 1 {print $6}' "$work/vm/peers.txt")

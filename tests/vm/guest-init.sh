@@ -9,6 +9,9 @@
 #         so that the traffic really crosses the veth "wire"
 #   siw   siw0 (soft-iWARP: TCP, rdma_cm connections, no memory windows,
 #         no atomics) on a dummy netdev of its own; both sides use siw0
+# or, booted with tf_role=srv or tf_role=cli on the kernel command line,
+# one of the two guests of the "two" topology (two kernels joined by a
+# qemu socket netdev, rxe0 on each one's NIC; see run_two below).
 # Output protocol on the console (parsed by run.sh), one record a line:
 #   @@TEST <topo> <test> <rc> <seconds>   after a test, followed by its
 #                                         output between @@OUT/@@END lines
@@ -57,6 +60,126 @@ wait_gid() {
 	echo "no IPv4 GID on $1"
 	return 1
 }
+
+# --------------------------------------------------------- two kernels
+# Two guests, each with rxe0 on its virtio NIC (eth0), joined by qemu's
+# socket netdev: srv is 10.30.0.1, cli 10.30.0.2.  Nothing is shared but
+# the wire.  In order, each step started on both guests:
+#   the tests of /tf/two_tests in peer mode (tf_test.h): srv runs side B,
+#   cli side A; test number i's channel is port 7300+i on srv;
+#   the kv example: kv_server on srv, kv_client's three GETs on cli;
+#   tollfree-bench crr --server on srv, --connect on cli.
+# cli reports (@@TEST two ...; a pair's result is both sides' combined);
+# srv prints its sides' output as @@TWOB lines for the log.
+TWO_SRV=10.30.0.1
+run_two() {
+	role=$1
+	me=$TWO_SRV
+	[ "$role" = cli ] && me=10.30.0.2
+	$IP link set lo up
+	$IP link set eth0 up || finish TWO_NIC_FAILED
+	$IP addr add "$me/24" dev eth0
+	rdma link add rxe0 type rxe netdev eth0 || finish RXE_FAILED
+	wait_gid rxe0 || finish GID_FAILED
+	mark "NET_UP two $role $me"
+	export TOLLFREE_PROVIDER=verbs TOLLFREE_VERBS_GID_INDEX=auto
+	export TOLLFREE_DEVICE=rxe0
+	# Across two TCG kernels 200 revocation attempts take ~90 s, near
+	# the harness watchdog; both sides read the same count.
+	export TF_TEST_REVOKE_ATTEMPTS="${TF_TEST_REVOKE_ATTEMPTS:-50}"
+	mark "TOPO two rxe0 rxe0"
+	n=0
+	# shellcheck disable=SC2013 # one test name a line, no blanks
+	for t in $(cat /tf/two_tests); do
+		n=$((n + 1))
+		side=A
+		[ "$role" = srv ] && side=B
+		t0=$(up)
+		TOLLFREE_TEST_PEER_SIDE=$side \
+			TOLLFREE_TEST_PEER_ADDR="$TWO_SRV:$((7300 + n))" \
+			timeout "$TEST_TIMEOUT" "/tf/bin/$t" >/tmp/out 2>&1 </dev/null
+		rc=$?
+		two_report "$t" $rc "$t0"
+	done
+	# The kv example across the two kernels.
+	t0=$(up)
+	if [ ! -x /tf/bin/kv_server ]; then
+		echo "SKIP: the examples were not built" >/tmp/out
+		rc=77
+	elif [ "$role" = srv ]; then
+		timeout "$TEST_TIMEOUT" /tf/bin/kv_server -a $TWO_SRV -p 7400 \
+			-n 4 -b 300000 alpha=one beta=two >/tmp/out 2>&1
+		rc=$?
+	else
+		rc=0
+		i=0
+		# Until the server listens (it may start later).
+		until timeout 30 /tf/bin/kv_client $TWO_SRV 7400 alpha beta \
+			>/tmp/kv.out 2>/tmp/kv.err; do
+			i=$((i + 1))
+			[ $i -lt 60 ] || break
+			sleep 0.5
+		done
+		{
+			printf 'alpha=one\nbeta=two\n' | cmp - /tmp/kv.out ||
+				rc=1
+			big=$(head -c 300000 /dev/zero | tr '\0' 'x')
+			timeout 30 /tf/bin/kv_client $TWO_SRV 7400 big \
+				>/tmp/kv.out || rc=1
+			echo "big=$big" | cmp - /tmp/kv.out || rc=1
+			r=0
+			timeout 30 /tf/bin/kv_client $TWO_SRV 7400 nosuch \
+				>/tmp/kv.out || r=$?
+			[ $r -eq 3 ] || { echo "nosuch: exit $r, want 3"; rc=1; }
+			cat /tmp/kv.err
+		} >/tmp/out 2>&1
+	fi
+	two_report kv_example $rc "$t0"
+	# A short crr, server in srv, client in cli.
+	t0=$(up)
+	crr="--provider verbs --device rxe0 -k 1 -s 1K --modes pool+mw/new"
+	rc=1
+	if [ ! -x /tf/bin/tollfree-bench ]; then
+		echo "SKIP: tollfree-bench was not built" >/tmp/out
+		rc=77
+	elif [ "$role" = srv ]; then
+		# shellcheck disable=SC2086 # crr is a list of options
+		timeout "$TEST_TIMEOUT" /tf/bin/tollfree-bench crr $crr \
+			-n "$SESS_N" --server $TWO_SRV:7401 >/tmp/out 2>&1
+		rc=$?
+	else
+		i=0
+		# shellcheck disable=SC2086
+		until timeout "$TEST_TIMEOUT" /tf/bin/tollfree-bench crr $crr \
+			-n "$SESS_N" --csv --connect $TWO_SRV:7401 >/tmp/out 2>&1; do
+			rc=$?
+			grep -q 'connecting to' /tmp/out || break
+			i=$((i + 1))
+			[ $i -lt 60 ] || break
+			sleep 0.5
+		done
+		grep -q '^pool+mw/new,' /tmp/out && rc=0
+		awk -F, '$1 == "pool+mw/new" && NF >= 14 {
+			print "@@TWOCRR " $4 " " $10 " " $14 }' /tmp/out
+	fi
+	two_report crr_remote "$rc" "$t0"
+	finish ALL_DONE
+}
+two_report() { # test rc t0
+	if [ "$role" = cli ]; then
+		echo "@@TEST two $1 $2 $(awk "BEGIN{print $(up)-$3}")"
+		echo "@@OUT"
+		cat /tmp/out
+		echo "@@END"
+	else
+		echo "@@TWOB $1 rc=$2"
+		sed 's/^/@@TWOB | /' /tmp/out
+	fi
+}
+ROLE=$(sed -n 's/.*tf_role=\([a-z]*\).*/\1/p' /proc/cmdline)
+case $ROLE in
+srv | cli) run_two "$ROLE" ;;
+esac
 
 $IP link set lo up
 $IP link add dummy0 type dummy

@@ -13,8 +13,10 @@
 # TOLLFREE_PROVIDER=verbs in three topologies: one rxe device (loopback),
 # two rxe devices across a veth pair, and one siw device (iWARP: rdma_cm
 # connections, no memory windows, no atomics; the tests skip what it
-# lacks and say which capability).  The examples run as one more test, a
-# table counts passes, skips and failures per topology, and
+# lacks and say which capability).  The examples run as one more test.
+# A fourth topology, "two", runs a few session tests, the kv example and
+# a short crr across two kernels (below).  A table counts passes, skips
+# and failures per topology, and
 # BUILD_DIR/tools/tollfree-bench "reg" runs too when it was built.  With
 # perftest installed, ib_write_lat, ib_read_lat and ib_send_lat run beside
 # "tollfree-bench lat --provider verbs" on rxe0 (8 B and 1 KiB, both ends
@@ -25,6 +27,15 @@
 # K=1, 1 KiB), and bench/peers/ucx_session (UCX rc_verbs, connected by
 # UCX's rdmacm connection manager) against the same crr sessions; a
 # second table gives both ratios.
+#
+# Topology "two" (in TOLLFREE_VM_TOPOS) boots two more guests at once,
+# joined by a qemu socket netdev (a virtio NIC each, 10.30.0.1 and
+# 10.30.0.2), with rxe0 on each NIC: TOLLFREE_VM_TWO_TESTS run in the
+# harness's peer mode (tf_test.h: side B in one kernel, side A in the
+# other), then the kv example and a short "tollfree-bench crr
+# --server/--connect", server in the first guest, client in the second.
+# Their console logs are console-two-srv.log and console-two-cli.log.
+# When "two" is the only topology, the single guest is not booted.
 #
 # Debian's kernels have no siw.ko: tests/vm/siw-module.sh builds it from
 # the kernel's linux-source package (once per kernel, cached); without it
@@ -44,10 +55,13 @@
 # TOLLFREE_VM_WRAP (a command each test runs under, e.g.
 # "strace -f -o /tmp/wrap.out"; its program is copied into the guest, and
 # the last lines of /tmp/wrap.out join the test's output), TOLLFREE_VM_TOPOS
-# ("loop veth siw"), TOLLFREE_VM_PEERS (1: the perftest comparison; 0:
+# ("loop veth siw two"), TOLLFREE_VM_PEERS (1: the perftest comparison; 0:
 # none), TOLLFREE_VM_PEERS_REPS (runs of each tool, 3; the best counts),
 # TOLLFREE_VM_PEERS_ITERS (iterations a run, 1000),
-# TOLLFREE_VM_PEERS_SESSIONS (crr and ucx_session sessions a run, 30).
+# TOLLFREE_VM_PEERS_SESSIONS (crr and ucx_session sessions a run, 30;
+# also the two-guest crr's), TOLLFREE_VM_TWO_TESTS (the tests of the "two"
+# topology; default: conf_session_basic, _imm, _wait and _revoke),
+# TOLLFREE_VM_TWO_SMP (vCPUs of each of its guests, 1).
 # The perftest table is also written to TOLLFREE_VM_WORK/peers.txt and
 # the session table to TOLLFREE_VM_WORK/sessions.txt (bench/peers/run.sh
 # reads both).
@@ -143,12 +157,35 @@ if [ ! -f "$K/done" ]; then
 fi
 KROOT="$K/root"
 
+# ------------------------------------------------------------- topologies
+TWO=0
+ONE_TOPOS=""
+for t in ${TOLLFREE_VM_TOPOS:-loop veth siw two}; do
+	case $t in
+	two) TWO=1 ;;
+	loop | veth | siw) ONE_TOPOS="$ONE_TOPOS $t" ;;
+	*) die "unknown topology $t (loop veth siw two)" ;;
+	esac
+done
+[ -n "$ONE_TOPOS" ] || [ $TWO = 1 ] || die "no topology"
+TWO_TESTS=""
+if [ $TWO = 1 ]; then
+	for t in ${TOLLFREE_VM_TWO_TESTS:-conf_session_basic conf_session_imm \
+		conf_session_wait conf_session_revoke}; do
+		if [ -x "$BUILD/tests/$t" ]; then
+			TWO_TESTS="$TWO_TESTS $t"
+		else
+			log "two: no $BUILD/tests/$t"
+		fi
+	done
+fi
+
 # ------------------------------------------------------------- siw
 # Debian's kernels have no siw.ko: siw-module.sh builds it (once per
 # kernel, cached next to it).  Without it the siw topology is skipped.
 SIW=0
 SIW_WHY=""
-case " ${TOLLFREE_VM_TOPOS:-loop veth siw} " in
+case " $ONE_TOPOS " in
 *" siw "*)
 	if SIW_WHY=$("$HERE/siw-module.sh" "$KPKG" "$KROOT" 2>&1 | tail -1); then
 		SIW=1
@@ -186,6 +223,7 @@ BENCH=0
 [ -x "$BUILD/tools/tollfree-bench" ] && BENCH=1
 # perftest beside tollfree-bench lat (needs both).
 PEERS=${TOLLFREE_VM_PEERS:-1}
+[ -n "$ONE_TOPOS" ] || PEERS=0 # the comparisons run in the single guest
 PERFTEST=""
 if [ "$PEERS" = 1 ]; then
 	for t in ib_write_lat ib_read_lat ib_send_lat; do
@@ -252,6 +290,7 @@ done
 # iWARP connections (siw) and perftest's -R need.
 MODS="crc32_generic crc32_pclmul rdma_rxe ib_uverbs rdma_ucm dummy veth"
 [ $SIW = 1 ] && MODS="$MODS crc32c_generic siw"
+[ $TWO = 1 ] && MODS="$MODS virtio_pci virtio_net"
 for m in $MODS; do
 	modprobe -d "$KROOT" -S "$KV" --show-depends "$m" |
 		while read -r cmd ko args; do
@@ -288,8 +327,8 @@ if [ -n "$WRAP" ]; then
 	BINS="$BINS $WPROG"
 fi
 for b in $BINS; do cp "$b" "$R$b"; done
-for t in $TESTS; do
-	[ "$t" = kv_example ] || cp "$BUILD/tests/$t" "$R/tf/bin/"
+for t in $TESTS $TWO_TESTS; do
+	[ "$t" = kv_example ] || cp -f "$BUILD/tests/$t" "$R/tf/bin/"
 done
 for e in $EXAMPLES; do cp "$e" "$R/tf/bin/"; done
 if [ -n "$EXAMPLES" ]; then
@@ -319,13 +358,14 @@ done | sort -u | while read -r lib; do
 	cp -L "$lib" "$R$dst"
 done
 { echo "$TESTS" | tr ' ' '\n' | grep . || true; } >"$R/tf/tests"
+{ echo "$TWO_TESTS" | tr ' ' '\n' | grep . || true; } >"$R/tf/two_tests"
 {
 	printf 'TEST_TIMEOUT=%q\nBENCH=%q\n' "$TEST_TIMEOUT" "$BENCH"
 	printf 'PEERS=%q\nPEERS_REPS=%q\nPEERS_ITERS=%q\n' "$PEERS" \
 		"${TOLLFREE_VM_PEERS_REPS:-3}" "${TOLLFREE_VM_PEERS_ITERS:-1000}"
 	printf 'SESS_N=%q\n' "$SESS_N"
 	TOPOS=""
-	for t in ${TOLLFREE_VM_TOPOS:-loop veth siw}; do
+	for t in $ONE_TOPOS; do
 		[ "$t" = siw ] && [ $SIW = 0 ] && continue
 		TOPOS="$TOPOS $t"
 	done
@@ -344,23 +384,75 @@ log "kernel $KV, initramfs $(du -h "$W/initramfs.cpio" | cut -f1)," \
 
 # ------------------------------------------------------------- boot
 LOG="$W/console.log"
-log "booting the guest (TCG); full console log: $LOG"
-T_BOOT=$(date +%s)
-set +e
-timeout "$GUEST_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max \
-	-m "$MEM" -smp "$SMP" -nographic -no-reboot -nic none \
-	-kernel "$K/vmlinux" -initrd "$W/initramfs.cpio" \
-	-append "console=ttyS0 rdinit=/init panic=-1 quiet loglevel=3 mitigations=off" \
-	</dev/null 2>&1 | sed -u 's/\r$//' >"$LOG"
-QRC=${PIPESTATUS[0]}
-set -e
-log "guest ran $(($(date +%s) - T_BOOT)) s (qemu rc $QRC)"
+LOGS=""
+APPEND="console=ttyS0 rdinit=/init panic=-1 quiet loglevel=3 mitigations=off"
+rm -f "$LOG" "$W"/console-two-*.log
+if [ -n "$ONE_TOPOS" ]; then
+	log "booting the guest (TCG); full console log: $LOG"
+	T_BOOT=$(date +%s)
+	set +e
+	timeout "$GUEST_TIMEOUT" qemu-system-x86_64 -accel tcg -cpu max \
+		-m "$MEM" -smp "$SMP" -nographic -no-reboot -nic none \
+		-kernel "$K/vmlinux" -initrd "$W/initramfs.cpio" \
+		-append "$APPEND" </dev/null 2>&1 | sed -u 's/\r$//' >"$LOG"
+	QRC=${PIPESTATUS[0]}
+	set -e
+	log "guest ran $(($(date +%s) - T_BOOT)) s (qemu rc $QRC)"
+	LOGS=$LOG
+fi
+
+# Two kernels: srv listens on a local TCP port for qemu's socket netdev,
+# cli connects to it.  The port is a free one above 20000.
+if [ $TWO = 1 ]; then
+	TWO_SMP=${TOLLFREE_VM_TWO_SMP:-1}
+	case $TWO_SMP in
+	[1-9]) ;;
+	*) die "TOLLFREE_VM_TWO_SMP: 1 to 9 vCPUs, not '$TWO_SMP'" ;;
+	esac
+	NPORT=""
+	for try in $(seq 50); do
+		p=$((20000 + (RANDOM % 20000)))
+		if ! ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null |
+			grep -q .; then
+			NPORT=$p
+			break
+		fi
+		: "$try"
+	done
+	[ -n "$NPORT" ] || die "no free port for the socket netdev"
+	two_qemu() { # role netdev-option mac
+		timeout "$GUEST_TIMEOUT" qemu-system-x86_64 -accel tcg \
+			-cpu max -m "$MEM" -smp "$TWO_SMP" -nographic \
+			-no-reboot -netdev "socket,id=n1,$2" \
+			-device "virtio-net-pci,netdev=n1,mac=$3" \
+			-kernel "$K/vmlinux" -initrd "$W/initramfs.cpio" \
+			-append "$APPEND tf_role=$1" </dev/null 2>&1 |
+			sed -u 's/\r$//' >"$W/console-two-$1.log"
+	}
+	log "two: booting two guests (TCG, socket netdev on port $NPORT);" \
+		"console logs: $W/console-two-{srv,cli}.log"
+	T_BOOT=$(date +%s)
+	two_qemu srv "listen=127.0.0.1:$NPORT" 52:54:00:30:00:01 &
+	SRV_PID=$!
+	for i in $(seq 100); do
+		ss -Hltn "sport = :$NPORT" 2>/dev/null | grep -q . && break
+		sleep 0.1
+		: "$i"
+	done
+	set +e
+	two_qemu cli "connect=127.0.0.1:$NPORT" 52:54:00:30:00:02
+	wait "$SRV_PID"
+	set -e
+	log "two: guests ran $(($(date +%s) - T_BOOT)) s"
+	LOGS="$LOGS $W/console-two-cli.log"
+fi
 
 # ------------------------------------------------------------- results
 # One line per test: PASS/FAIL/SKIP, the skip reason or the failure's
 # last lines, then a table.  Test output is in the console log.
 rm -f "$W/summary.txt" "$W/summary.txt.observe" "$W/devices.txt"
 : >"$W/summary.txt" # stays empty when no test ran (TOLLFREE_VM_TESTS=none)
+# shellcheck disable=SC2086 # LOGS: the console logs, one word each
 awk -v out="$W/summary.txt" -v devs="$W/devices.txt" '
 function flush_test() {
 	if (name == "") return
@@ -410,7 +502,8 @@ END {
 		       nskip[t], nfail[t], ntried[t] > devs
 	}
 }
-' "$LOG"
+' $LOGS
+touch "$LOG" # absent when only "two" ran: the rows below are then empty
 sed -n '/^@@BENCH_BEGIN/,/^@@BENCH_END/p' "$LOG" >"$W/bench.txt"
 if [ -s "$W/bench.txt" ]; then
 	echo "--- tollfree-bench reg in the guest (TCG: compare rows with" \
@@ -550,6 +643,22 @@ if grep -q '^@@SESS ' "$LOG"; then
 elif [ "$PEERS" = 1 ]; then
 	echo "sessions: no cmtime/ucx_session/crr results (see $LOG)"
 fi
+if [ $TWO = 1 ]; then
+	CLI_LOG=$W/console-two-cli.log
+	if grep -q '^@@TWOCRR ' "$CLI_LOG"; then
+		echo "--- two kernels (rxe0 in each, qemu socket netdev):" \
+			"tollfree-bench crr --provider verbs -k 1 -s 1K --modes" \
+			"pool+mw/new, server in one guest, client in the other;" \
+			"medians in us (TCG) ---"
+		awk '/^@@TWOCRR / { printf "%-12s %12s %12s %12s\n",
+			"mode", "session_us", "connect_us", "close_us"
+			printf "%-12s %12s %12s %12s\n", "pool+mw/new",
+			$2, $3, $4 }' "$CLI_LOG"
+	fi
+	grep -q ' FAIL' "$W/summary.txt" &&
+		echo "two: side B's output (the srv guest) is in" \
+			"$W/console-two-srv.log (@@TWOB lines)"
+fi
 if [ -s "$W/summary.txt.observe" ]; then
 	echo "--- device behaviour observed by the tests ---"
 	sort -u "$W/summary.txt.observe"
@@ -567,14 +676,18 @@ echo "summary: $NPASS passed, $NSKIP skipped, $NFAIL failed;" \
 	"total $(($(date +%s) - T_START)) s"
 # The closing line that scripts/test.sh adds to its own count.
 echo "vm: $NPASS passed, $NFAIL failed, $NSKIP skipped"
-if ! grep -q '^@@DONE' "$LOG"; then
-	echo "FAIL: the guest did not finish; last console lines:"
-	grep -v '^@@' "$LOG" | tail -15
-	exit 2
-fi
-if grep -q '@@MARK .*\(RXE\|GID\|SIW\)_FAILED' "$LOG"; then
-	echo "FAIL: rxe or siw setup failed in the guest"
-	exit 2
-fi
+DONE_LOGS=$LOGS
+[ $TWO = 1 ] && DONE_LOGS="$DONE_LOGS $W/console-two-srv.log"
+for l in $DONE_LOGS; do
+	if ! grep -q '^@@DONE' "$l"; then
+		echo "FAIL: the guest did not finish; last lines of $l:"
+		grep -v '^@@' "$l" | tail -15
+		exit 2
+	fi
+	if grep -q '@@MARK .*\(RXE\|GID\|SIW\|TWO_NIC\)_FAILED' "$l"; then
+		echo "FAIL: rxe, siw or NIC setup failed in the guest ($l)"
+		exit 2
+	fi
+done
 [ "$NFAIL" = 0 ] || exit 1
 exit 0

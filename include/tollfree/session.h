@@ -187,7 +187,21 @@ typedef struct tf_node_stats {
 	uint64_t stock_bytes;
 	uint64_t stock_hits;
 	uint64_t stock_misses;
-	uint64_t reserved[9];
+	/* Server-side bounds (TOLLFREE_SESSION_MAX_*, tollfree(7)):
+	 * sessions refused because the node served MAX_SESSIONS (the client
+	 * got -EBUSY) or the client's address had MAX_SESSIONS_PEER
+	 * (-EUSERS); exposes that failed with -ENOBUFS because the peer had
+	 * MAX_EXPOSED_PEER bytes exposed; connections closed at the end of
+	 * their session instead of kept, because of MAX_KEPT{,_PEER}. */
+	uint64_t sessions_refused;
+	uint64_t sessions_refused_peer;
+	uint64_t expose_refused;
+	uint64_t kept_refused;
+	/* Now: bytes exposed by this node's server sessions, and those
+	 * sessions (accepted, not yet closed). */
+	uint64_t exposed_bytes;
+	uint64_t sessions_served;
+	uint64_t reserved[3];
 } tf_node_stats_t;
 
 /* tf_node_query_stats - copy the counters (read without a lock).

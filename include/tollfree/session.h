@@ -290,6 +290,9 @@ typedef struct tf_session_params {
  * handshake.  Handshakes are served concurrently and each peer must
  * finish its part within the node timeout: a silent, slow, malformed or
  * unauthenticated peer is dropped and counted, and never blocks others.
+ * Sessions, exposed bytes and kept connections are bounded per client
+ * address and overall (TOLLFREE_SESSION_MAX_*): a session past a bound is
+ * refused (the client gets -EUSERS or -EBUSY), and counted.
  * Returns 0, -EAGAIN when no session opened in time, or -errno.
  * Serialize per listener.
  */
@@ -307,7 +310,10 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
  * differ; the log names both sides'),
  * -TF_EWIRE/-TF_EVERSION (bad handshake), -ETIMEDOUT, -ECONNREFUSED,
  * -ENOBUFS (the server's pinned-memory bound has no room for the
- * connection), -EHOSTUNREACH (@host does not resolve), -EINVAL or -errno.
+ * connection), -EUSERS (this address holds TOLLFREE_SESSION_MAX_SESSIONS_PEER
+ * sessions there), -EBUSY (the server is full: TOLLFREE_SESSION_MAX_SESSIONS,
+ * or its pending handshakes), -EHOSTUNREACH (@host does not resolve),
+ * -EINVAL or -errno.
  * Thread-safe with respect to the node.
  */
 int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
@@ -359,7 +365,9 @@ int tf_session_buf_mode(tf_session_t *s, int buf);
  * on this session's QP, waits for the bind, and tells the peer (in the
  * ACCEPT if it is still deferred, else in an EXPOSE message).  *@exp_p
  * receives the exposure index, the same on both sides.  Returns 0,
- * -EINVAL, -ENOSPC, -ENOTCONN (session broken) or -errno.
+ * -EINVAL, -ENOSPC, -ENOTCONN (session broken), -ENOBUFS (a server's
+ * session: the peer's address would pass TOLLFREE_SESSION_MAX_EXPOSED_PEER
+ * bytes exposed) or -errno.
  */
 int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 		      unsigned rights, int *exp_p);

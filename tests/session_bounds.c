@@ -16,13 +16,15 @@
  *      (-ENOBUFS on the server: 72K > 64K), the sessions open;
  *   2. A's 4th session is refused: -EUSERS;
  *   3. B opens 2 sessions while A is refused: both served (5 in all);
- *      B's 3rd is refused: -EBUSY (the node's bound);
+ *      the server revokes the second one's exposure at once, and its
+ *      bytes come back; B's 3rd is refused: -EBUSY (the node's bound);
  *   4. A closes its first session: the server gives its session and its
  *      16K back; A's next session (40K) opens and its expose passes;
  *   5. everyone closes: per address one connection is kept, the others
  *      close (3 not kept).
  * The server's counters show each refusal once, and its exposed bytes
- * and sessions come back to 0.  All of it once without a key and once
+ * and sessions come back to 0.  Also: bad settings of the bounds and of
+ * the source address make tf_node_create fail.  All of it once without a key and once
  * with one (the refusal is sealed there).
  */
 #include <poll.h>
@@ -34,6 +36,9 @@
 static const char key[] = "bounds test key";
 
 enum { CMD_STOP = 1, CMD_QUERY = 2 };
+/* In the bytes a client asks for: the server revokes right after the
+ * ACCEPT. */
+#define REVOKE (1u << 31)
 
 static tf_node_t *make_node(tf_context_t *ctx, bool auth)
 {
@@ -56,16 +61,20 @@ static tf_node_t *make_node(tf_context_t *ctx, bool auth)
 
 static void serve_one(tf_session_t *s)
 {
-	const uint32_t *want;
+	const uint32_t *priv;
+	uint32_t want;
 	size_t len;
 	int b, x, ret;
 
-	want = tf_session_peer_priv(s, &len);
-	CHECK(want && len == sizeof(*want));
-	CHECK_OK(tf_session_rent(s, *want, &b, NULL));
-	ret = tf_session_expose(s, b, 0, *want, TF_ACCESS_REMOTE_WRITE, &x);
+	priv = tf_session_peer_priv(s, &len);
+	CHECK(priv && len == sizeof(*priv));
+	want = *priv & ~REVOKE;
+	CHECK_OK(tf_session_rent(s, want, &b, NULL));
+	ret = tf_session_expose(s, b, 0, want, TF_ACCESS_REMOTE_WRITE, &x);
 	CHECKF(ret == 0 || ret == -ENOBUFS, "expose: %s", tf_strerror(ret));
 	CHECK_OK(tf_session_establish(s));
+	if (*priv & REVOKE)
+		CHECK_OK(tf_session_revoke(s));
 }
 
 static void server_run(struct tf_pair *p, bool auth)
@@ -196,15 +205,16 @@ static void client_run(struct tf_pair *p, tf_context_t *ctx_b, bool auth)
 	CHECKF(ret == -EUSERS, "A 4: %s", tf_strerror(ret));
 	/* 3. Another address is served, up to the node's bound. */
 	sb[0] = open_ok(b, 64, 1, "B 1");
-	sb[1] = open_ok(b, 64, 1, "B 2");
+	sb[1] = open_ok(b, 64 | REVOKE, 1, "B 2 (revoked by the server)");
 	ret = open_one(b, 64, &s);
 	CHECKF(ret == -EBUSY, "B 3: %s", tf_strerror(ret));
-	server_settles(p, 5, (32 << 10) + 128);
+	/* B 2's bytes came back at its revoke. */
+	server_settles(p, 5, (32 << 10) + 64);
 	/* 4. The first session ends: its session and bytes come back. */
 	tf_session_close(sa[0]);
-	server_settles(p, 4, (16 << 10) + 128);
+	server_settles(p, 4, (16 << 10) + 64);
 	sa[3] = open_ok(a, 40 << 10, 1, "A 5 (after a close)");
-	server_settles(p, 5, (56 << 10) + 128);
+	server_settles(p, 5, (56 << 10) + 64);
 	/* 5. All close. */
 	for (int i = 1; i < 4; i++)
 		tf_session_close(sa[i]);
@@ -214,6 +224,27 @@ static void client_run(struct tf_pair *p, tf_context_t *ctx_b, bool auth)
 	tf_test_send_u64(p, CMD_STOP);
 	tf_node_destroy(a);
 	tf_node_destroy(b);
+}
+
+/* Bad settings make node creation fail (the context's copy of the
+ * configuration, changed and put back). */
+static void bad_settings(tf_context_t *ctx)
+{
+	static const char *const bad[][2] = {
+		{"SESSION_MAX_SESSIONS", "0"},
+		{"SESSION_MAX_SESSIONS_PEER", "0"},
+		{"SESSION_SOURCE_ADDR", "localhost"},
+		{"SESSION_SOURCE_ADDR", "127.0.0.300"},
+	};
+	struct tf_config saved = ctx->cfg;
+	tf_node_t *node;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CHECK_OK(tf__config_set(&ctx->cfg, bad[i][0], bad[i][1]));
+		CHECKF(tf_node_create(ctx, NULL, &node) == -EINVAL, "%s=%s",
+		       bad[i][0], bad[i][1]);
+		ctx->cfg = saved;
+	}
 }
 
 int main(void)
@@ -234,6 +265,7 @@ int main(void)
 		/* Client B: the same provider, its connections from another
 		 * loopback address. */
 		CHECK_OK(tf_context_open(NULL, &ctx_b));
+		bad_settings(ctx_b);
 		CHECK_OK(tf__config_set(&ctx_b->cfg, "SESSION_SOURCE_ADDR",
 					"127.0.0.2"));
 	}

@@ -12,7 +12,8 @@
  * other and keeps them all; B accepts each, rents a slice and exposes it.
  * With all of them open, A WRITEs a pattern through every session and
  * READs it back, and B finds each pattern in the slice of its session.
- * Then both close everything.  RLIMIT_NOFILE is raised to its hard limit
+ * Then both close everything.  TOLLFREE_SESSION_MAX_SESSIONS_PEER is
+ * raised to let one address hold them.  RLIMIT_NOFILE is raised to its hard limit
  * (a session holds several descriptors on each side); the test skips if
  * that, or RLIMIT_MEMLOCK (control buffers are pinned), cannot hold them.
  */
@@ -72,6 +73,15 @@ int main(void)
 	uint8_t **slice;
 	int *buf;
 
+	char bound[16];
+
+	/* One peer holding this many sessions is what the test is about:
+	 * the server's bounds (256 per address by default) make room for
+	 * them, before the first library call reads the configuration. */
+	snprintf(bound, sizeof(bound), "%u", n + 1);
+	setenv("TOLLFREE_SESSION_MAX_SESSIONS_PEER", bound, 1);
+	if (n + 1 > 4096)
+		setenv("TOLLFREE_SESSION_MAX_SESSIONS", bound, 1);
 	tf_test_begin("conf_session_concurrent");
 	/* Before the fork: both sides inherit them. */
 	fds_ok = raise_limit(RLIMIT_NOFILE, 8 * (rlim_t)n + 256);

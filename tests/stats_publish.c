@@ -491,6 +491,14 @@ static void live_checks(void)
 	/* The node's PD and MR count as well as ours. */
 	CHECK(counter(out, "ctx.mr_reg") >= 1);
 	CHECK(counter(out, "node0.sessions_opened") == 0);
+	/* The server-side bounds' refusals and gauges (session_bounds
+	 * makes them count). */
+	CHECK(counter(out, "node0.sessions_refused") == 0);
+	CHECK(counter(out, "node0.sessions_refused_peer") == 0);
+	CHECK(counter(out, "node0.expose_refused") == 0);
+	CHECK(counter(out, "node0.kept_refused") == 0);
+	CHECK(counter(out, "node0.exposed_bytes") == 0);
+	CHECK(counter(out, "node0.sessions_served") == 0);
 	CHECK(counter(out, "node0.pool.max_bytes") > 0);
 	CHECK(counter(out, "node0.rcache.max_regions") > 0);
 	/* The transport the context runs (chosen by "auto", or as here

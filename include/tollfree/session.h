@@ -187,7 +187,21 @@ typedef struct tf_node_stats {
 	uint64_t stock_bytes;
 	uint64_t stock_hits;
 	uint64_t stock_misses;
-	uint64_t reserved[9];
+	/* Server-side bounds (TOLLFREE_SESSION_MAX_*, tollfree(7)):
+	 * sessions refused because the node served MAX_SESSIONS (the client
+	 * got -EBUSY) or the client's address had MAX_SESSIONS_PEER
+	 * (-EUSERS); exposes that failed with -ENOBUFS because the peer had
+	 * MAX_EXPOSED_PEER bytes exposed; connections closed at the end of
+	 * their session instead of kept, because of MAX_KEPT{,_PEER}. */
+	uint64_t sessions_refused;
+	uint64_t sessions_refused_peer;
+	uint64_t expose_refused;
+	uint64_t kept_refused;
+	/* Now: bytes exposed by this node's server sessions, and those
+	 * sessions (accepted, not yet closed). */
+	uint64_t exposed_bytes;
+	uint64_t sessions_served;
+	uint64_t reserved[3];
 } tf_node_stats_t;
 
 /* tf_node_query_stats - copy the counters (read without a lock).
@@ -276,6 +290,9 @@ typedef struct tf_session_params {
  * handshake.  Handshakes are served concurrently and each peer must
  * finish its part within the node timeout: a silent, slow, malformed or
  * unauthenticated peer is dropped and counted, and never blocks others.
+ * Sessions, exposed bytes and kept connections are bounded per client
+ * address and overall (TOLLFREE_SESSION_MAX_*): a session past a bound is
+ * refused (the client gets -EUSERS or -EBUSY), and counted.
  * Returns 0, -EAGAIN when no session opened in time, or -errno.
  * Serialize per listener.
  */
@@ -293,7 +310,10 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
  * differ; the log names both sides'),
  * -TF_EWIRE/-TF_EVERSION (bad handshake), -ETIMEDOUT, -ECONNREFUSED,
  * -ENOBUFS (the server's pinned-memory bound has no room for the
- * connection), -EHOSTUNREACH (@host does not resolve), -EINVAL or -errno.
+ * connection), -EUSERS (this address holds TOLLFREE_SESSION_MAX_SESSIONS_PEER
+ * sessions there), -EBUSY (the server is full: TOLLFREE_SESSION_MAX_SESSIONS,
+ * or its pending handshakes), -EHOSTUNREACH (@host does not resolve),
+ * -EINVAL or -errno.
  * Thread-safe with respect to the node.
  */
 int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
@@ -345,7 +365,9 @@ int tf_session_buf_mode(tf_session_t *s, int buf);
  * on this session's QP, waits for the bind, and tells the peer (in the
  * ACCEPT if it is still deferred, else in an EXPOSE message).  *@exp_p
  * receives the exposure index, the same on both sides.  Returns 0,
- * -EINVAL, -ENOSPC, -ENOTCONN (session broken) or -errno.
+ * -EINVAL, -ENOSPC, -ENOTCONN (session broken), -ENOBUFS (a server's
+ * session: the peer's address would pass TOLLFREE_SESSION_MAX_EXPOSED_PEER
+ * bytes exposed) or -errno.
  */
 int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 		      unsigned rights, int *exp_p);

@@ -108,6 +108,7 @@ void tf__conn_destroy(struct tf_conn *c)
 {
 	if (!c)
 		return;
+	tf__peers_unkeep(c->node, c);
 	tf__keys_free(c->keys);
 	tf__transcript_free(c->ts);
 	tf__sess_free_mem(c->spare);

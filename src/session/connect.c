@@ -33,11 +33,20 @@ static int connect_tcp(struct tf_node *node, const struct tf_sess_addr *a,
 	socklen_t el = sizeof(int);
 	int fd, err = 0, r;
 
+	/* TOLLFREE_SESSION_SOURCE_ADDR: an address of the other family
+	 * cannot be reached from it. */
+	if (node->src_len && node->src.ss_family != a->sa.ss_family)
+		return -EAFNOSUPPORT;
 	fd = socket(a->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
 		    0);
 	if (fd < 0)
 		return -errno;
 	tf__conn_sock_opts(fd);
+	if (node->src_len &&
+	    bind(fd, (const struct sockaddr *)&node->src, node->src_len)) {
+		err = -errno;
+		goto err_close;
+	}
 	if (connect(fd, (const struct sockaddr *)&a->sa, a->len) &&
 	    errno != EINPROGRESS) {
 		err = -errno;
@@ -75,6 +84,19 @@ static int server_refused(struct tf_conn *c)
 		return 0;
 	if (tf__wire_parse_reject(&c->rx, &rej))
 		rej.err = -TF_EWIRE;
+	/* The server's bounds (tollfree(7)): say which. */
+	if (rej.err == -EUSERS || rej.err == -EBUSY) {
+		tf_log_warn(S, "server refused the session: %s (%s)",
+			    tf_strerror(rej.err),
+			    rej.err == -EUSERS
+				    ? "this client's address has as many "
+				      "sessions there as the server allows "
+				      "one address, "
+				      "TOLLFREE_SESSION_MAX_SESSIONS_PEER"
+				    : "the server is full: as many sessions "
+				      "or handshakes as it serves at once");
+		return rej.err;
+	}
 	if (rej.err != -TF_EPEER ||
 	    tf_context_query_caps(c->node->ctx, &caps)) {
 		tf_log_warn(S, "server refused the session: %s",

@@ -226,7 +226,10 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 	 * (tf_listener_accept).  Adding it to the epoll set and removing it
 	 * again cost more than the rest of the session's accept. */
 	c->sock_watched = !(l->busy_poll && c->ctl.ready);
+	/* Past TOLLFREE_SESSION_MAX_KEPT{,_PEER} the connection ends with
+	 * its session: its client's next session makes a new one. */
 	if (l->dead || !l->node->qp_cache || c->broken ||
+	    !tf__peers_keep(l->node, c) ||
 	    (c->sock_watched &&
 	     epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev))) {
 		tf__conn_destroy(c);
@@ -296,6 +299,7 @@ static void listener_unwatch(struct tf_listener *l, struct tf_conn *c)
 static void listener_release(struct tf_listener *l, struct tf_conn *c)
 {
 	listener_unwatch(l, c);
+	tf__peers_unkeep(l->node, c);
 	if (c->hs == TF_CONN_IDLE)
 		l->n_idle--;
 	else
@@ -516,6 +520,7 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 		      struct tf_session **s_p)
 {
 	struct tf_session *s = NULL;
+	struct tf_peer *pe = NULL;
 
 	if (!from_ctl) {
 		/* A kept connection with a control QP has nothing to say
@@ -530,7 +535,13 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 	if (ret < 0)
 		goto err;
 	if (c->hs == TF_CONN_WAIT_HELLO) {
-		ret = server_hello(l, c, params, &s);
+		/* Without a key the HELLO opens the session: counted against
+		 * the bounds on sessions before anything is made for it. */
+		ret = 0;
+		if (!l->node->psk_len)
+			ret = tf__peers_session_get(l->node, &c->peer, &pe);
+		if (!ret)
+			ret = server_hello(l, c, params, &s);
 	} else {
 		unsigned ch = from_ctl ? TF_WIRE_CH_CTL : TF_WIRE_CH_SOCK;
 
@@ -543,13 +554,20 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 			return 0;
 		}
 		if (!ret)
+			ret = tf__peers_session_get(l->node, &c->peer, &pe);
+		if (!ret)
 			ret = server_open(l, c, params, &s);
 	}
 	tf__wire_rx_reset(&c->rx);
+	if (pe && !s) {
+		tf__peers_session_put(l->node, pe);
+		pe = NULL;
+	}
 	if (ret)
 		goto err;
 	if (!s) /* CHALLENGE sent: the sealed OPEN comes next */
 		return 0;
+	s->pe = pe;
 	/* The session owns the connection from now on. */
 	listener_release(l, c);
 	c->hs = TF_CONN_BUSY;
@@ -585,9 +603,11 @@ err:
 		} else if (ret != -ECONNRESET) {
 			send_reject(c, ret);
 		}
+		/* A refusal by the bounds on sessions has its own
+		 * counter (peers.c). */
 		if (ret == -TF_EAUTH)
 			STAT(l->node, auth_failures);
-		else
+		else if (ret != -EBUSY && ret != -EUSERS)
 			STAT(l->node, handshake_rejects);
 	}
 	listener_drop(l, c);

@@ -195,6 +195,30 @@ static int crossover_from_config(const char *v, size_t *x_p)
 	return 0;
 }
 
+/* TOLLFREE_SESSION_SOURCE_ADDR: a numeric address (port 0) or empty. */
+static int source_from_config(struct tf_node *node, const char *v)
+{
+	struct sockaddr_in *s4 = (struct sockaddr_in *)&node->src;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&node->src;
+
+	if (!*v)
+		return 0;
+	if (inet_pton(AF_INET, v, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		node->src_len = sizeof(*s4);
+	} else if (inet_pton(AF_INET6, v, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		node->src_len = sizeof(*s6);
+	} else {
+		tf_log_error(S,
+			     "TOLLFREE_SESSION_SOURCE_ADDR=%s is not a numeric "
+			     "IPv4 or IPv6 address",
+			     v);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 		   tf_node_t **node_p)
 {
@@ -262,6 +286,11 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 		ret = -EINVAL;
 		goto err_free;
 	}
+	ret = source_from_config(node, cfg->session_source_addr);
+	if (!ret)
+		ret = tf__peers_init(node);
+	if (ret)
+		goto err_free;
 	ret = tf_context_query_caps(ctx, &caps);
 	if (ret)
 		goto err_free;
@@ -317,6 +346,7 @@ err_pool:
 err_pd:
 	tf_pd_destroy(node->pd);
 err_free:
+	tf__peers_fini(node);
 	pthread_mutex_destroy(&node->lock);
 	tf__free(node);
 	return ret;
@@ -348,6 +378,7 @@ void tf_node_destroy(tf_node_t *node)
 	tf_pool_destroy(node->pool);
 	if (tf_pd_destroy(node->pd))
 		tf_log_warn(S, "node PD still in use at destroy");
+	tf__peers_fini(node);
 	pthread_mutex_destroy(&node->lock);
 	explicit_bzero(node->psk, sizeof(node->psk));
 	tf__free(node);
@@ -411,5 +442,11 @@ int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
 	st->stock_max = node->stock.cap;
 	st->stock_hits = LD(stock_hits);
 	st->stock_misses = LD(stock_misses);
+	st->sessions_refused = LD(sessions_refused);
+	st->sessions_refused_peer = LD(sessions_refused_peer);
+	st->expose_refused = LD(expose_refused);
+	st->kept_refused = LD(kept_refused);
+	st->exposed_bytes = LD(peers.exposed);
+	st->sessions_served = tf__peers_sessions(node);
 	return 0;
 }

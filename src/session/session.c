@@ -427,6 +427,16 @@ static void mw_put(struct tf_node *node, tf_mw_t *mw)
 		tf_mw_dealloc(mw);
 }
 
+/* Give @len of the bytes a server session counts against its peer's
+ * TOLLFREE_SESSION_MAX_EXPOSED_PEER back (all: s->exposed). */
+static void unexpose(struct tf_session *s, uint64_t len)
+{
+	if (!s->pe || !len)
+		return;
+	tf__peers_unexpose(s->node, s->pe, len);
+	s->exposed -= len;
+}
+
 int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 		      unsigned rights, int *exp_p)
 {
@@ -443,6 +453,14 @@ int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 	if (s->broken || s->peer_closed)
 		return -ENOTCONN;
 	node = s->node;
+	/* A server's exposures count against its peer's bound; the bytes
+	 * come back when the session revokes (or closes). */
+	if (s->pe) {
+		ret = tf__peers_expose(node, s->pe, len);
+		if (ret)
+			return ret;
+		s->exposed += len;
+	}
 	idx = s->n_exps;
 	e = &s->exps[idx];
 	memset(e, 0, sizeof(*e));
@@ -461,12 +479,15 @@ int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 		};
 
 		e->mw = mw_get(node);
-		if (!e->mw)
+		if (!e->mw) {
+			unexpose(s, len);
 			return -ENOMEM;
+		}
 		wr.wr.bind_mw.mw = e->mw;
 		ret = tf_post_send(s->c->qp, &wr, NULL);
 		if (ret) {
 			mw_put(node, e->mw);
+			unexpose(s, len);
 			return ret;
 		}
 		e->info.rkey = tf_mw_rkey(e->mw);
@@ -487,8 +508,10 @@ int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 	} else {
 		ret = tf_mr_reg(node->pd, b->addr + off, len,
 				TF_ACCESS_LOCAL_WRITE | rights, &e->mr);
-		if (ret)
+		if (ret) {
+			unexpose(s, len);
 			return ret;
+		}
 		e->info.rkey = tf_mr_rkey(e->mr);
 		s->n_exps++;
 		e->live = true;
@@ -664,6 +687,7 @@ int tf_session_revoke(tf_session_t *s)
 		atomic_fetch_sub_explicit(&node->windows_live, 1,
 					  memory_order_relaxed);
 	}
+	unexpose(s, s->exposed);
 	s->revoked = true;
 	STAT_ADD(node, revoke_ns, tf__now_ns() - t0);
 	return ret;
@@ -735,6 +759,9 @@ void tf_session_close(tf_session_t *s)
 	if (keep && !s->peer_closed)
 		c->close_due |= 1u << tf__sess_channel(s);
 	atomic_fetch_sub(&node->n_sessions, 1);
+	/* Revoked above: only the session itself is still counted. */
+	if (s->pe)
+		tf__peers_session_put(node, s->pe);
 	if (s->opened)
 		STAT(node, sessions_closed);
 	/* A kept connection keeps this session's memory for its next

@@ -115,6 +115,23 @@ struct tf_conn {
 	bool sock_watched;     /* listener: its socket is in the epoll set */
 	bool ctl_watched;      /* idle: its control CQ is in the epoll set */
 	bool ctl_armed;	       /* idle: its control CQ's fd is armed */
+	/* Server: counted as kept by its peer's entry (peers.c). */
+	struct tf_peer *kept_pe;
+};
+
+/* What peers hold on a node as a server, and its bounds (peers.c). */
+struct tf_peer;
+struct tf_peers {
+	pthread_mutex_t lock;
+	struct tf_peer **bucket;
+	unsigned n_buckets;	 /* a power of two */
+	unsigned n_ent;		 /* peers with a session or a kept connection */
+	unsigned sessions, kept; /* all peers' */
+	atomic_ullong exposed;	 /* bytes, all peers' */
+	uint64_t seed;		 /* of the hash */
+	/* TOLLFREE_SESSION_MAX_* */
+	unsigned max_sessions, max_sessions_peer, max_kept, max_kept_peer;
+	uint64_t max_exposed_peer;
 };
 
 /* The node's stock of ready connection resources (stock.c). */
@@ -144,6 +161,10 @@ struct tf_node {
 	unsigned qp_cache;
 	int timeout_ms;
 	bool use_mw;
+	/* TOLLFREE_SESSION_SOURCE_ADDR: new client connections bind to it
+	 * (src_len 0: none). */
+	struct sockaddr_storage src;
+	socklen_t src_len;
 	/* Protects the idle list and the free windows. */
 	pthread_mutex_t lock;
 	struct tf_conn idle; /* list head; most recently used first */
@@ -162,6 +183,10 @@ struct tf_node {
 	atomic_ullong stock_hits, stock_misses, stock_made, stock_failed;
 	struct tf_stock stock;
 	atomic_llong windows_live;
+	/* Server-side bounds per peer and overall (peers.c). */
+	struct tf_peers peers;
+	atomic_ullong sessions_refused, sessions_refused_peer;
+	atomic_ullong expose_refused, kept_refused;
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;
 };
@@ -224,6 +249,10 @@ struct tf_session {
 	/* Control messages go over the connection's control QP (a session
 	 * on a kept connection whose control QP is ready), else TCP. */
 	bool qctl;
+	/* Server: the peer's entry this session is counted in (peers.c),
+	 * and the bytes its live exposures count there. */
+	struct tf_peer *pe;
+	uint64_t exposed;
 	int n_bufs, n_exps, n_exps_sent, n_peer;
 	size_t priv_len;
 	uint64_t send_posted, send_done, recv_posted, recv_done;
@@ -359,6 +388,28 @@ void tf__stock_fini(struct tf_node *node);
 bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 		    uint32_t rd, bool want_ctl);
 unsigned tf__stock_count(struct tf_node *node, uint64_t *bytes_p);
+
+/* peers.c: the server-side bounds per peer and overall.  A new server
+ * session from @peer: 0 (*@pe_p set), -EBUSY (the node serves
+ * TOLLFREE_SESSION_MAX_SESSIONS), -EUSERS (the peer has
+ * _MAX_SESSIONS_PEER), -ENOMEM; refusals are counted and logged. */
+int tf__peers_init(struct tf_node *node);
+void tf__peers_fini(struct tf_node *node);
+int tf__peers_session_get(struct tf_node *node,
+			  const struct sockaddr_storage *peer,
+			  struct tf_peer **pe_p);
+void tf__peers_session_put(struct tf_node *node, struct tf_peer *pe);
+/* @len more bytes exposed to @pe: 0, or -ENOBUFS past
+ * TOLLFREE_SESSION_MAX_EXPOSED_PEER (counted, logged). */
+int tf__peers_expose(struct tf_node *node, struct tf_peer *pe, uint64_t len);
+void tf__peers_unexpose(struct tf_node *node, struct tf_peer *pe, uint64_t len);
+/* Count @c as kept by its peer (c->kept_pe): false past
+ * TOLLFREE_SESSION_MAX_KEPT{,_PEER} (counted): do not keep it then. */
+bool tf__peers_keep(struct tf_node *node, struct tf_conn *c);
+/* No longer kept (idle connection taken or destroyed); no-op if not. */
+void tf__peers_unkeep(struct tf_node *node, struct tf_conn *c);
+/* Server sessions now. */
+uint64_t tf__peers_sessions(struct tf_node *node);
 
 /* node_stats.c: publish the node's counters with its context's. */
 void tf__sess_stats_register(struct tf_node *node);

@@ -38,7 +38,12 @@
  *                   transport: the server's tf_caps_t names, up to 15
  *                   bytes each, so that the client can say why.  A
  *                   parser ignores bytes after the error it does not
- *                   expect.
+ *                   expect.  The server's bounds refuse with EBUSY (its
+ *                   handshakes in progress, or TOLLFREE_SESSION_MAX_
+ *                   SESSIONS), EUSERS (the client's address holds
+ *                   _MAX_SESSIONS_PEER sessions) or ENOBUFS (pinned
+ *                   memory), here or in answer to a kept connection's
+ *                   OPEN; the client returns the error negated.
  *
  * With a pre-shared key: two round trips, and no QP address or key goes
  * to a peer before it proved the key:

@@ -129,6 +129,29 @@
 	XX(session, HELLO_TIMEOUT_MS, session_hello_timeout_ms, UINT, "500",   \
 	   "Sessions: a new connection must send its HELLO within this "       \
 	   "(and within TOLLFREE_SESSION_TIMEOUT_MS if shorter)")              \
+	XX(session, MAX_SESSIONS, session_max_sessions, UINT, "4096",          \
+	   "Sessions: sessions a node serves at once (accepted by any of its " \
+	   "listeners and not yet closed); past it a new one is refused: "     \
+	   "the client gets -EBUSY")                                           \
+	XX(session, MAX_SESSIONS_PEER, session_max_sessions_peer, UINT, "256", \
+	   "Sessions: sessions a node serves at once to one client address "   \
+	   "(IP, port aside); past it a new one from there is refused: the "   \
+	   "client gets -EUSERS, the others are served")                       \
+	XX(session, MAX_EXPOSED_PEER, session_max_exposed_peer, SIZE, "256M",  \
+	   "Sessions: bytes a node's server sessions expose at once to one "   \
+	   "client address; a tf_session_expose past it fails with -ENOBUFS "  \
+	   "(revoke and close give the bytes back; inf: no bound)")            \
+	XX(session, MAX_KEPT, session_max_kept, UINT, "1024",                  \
+	   "Sessions: idle server connections a node keeps for the next "      \
+	   "session, all listeners together; past it a connection closes at "  \
+	   "the end of its session instead (its client makes a new one)")      \
+	XX(session, MAX_KEPT_PEER, session_max_kept_peer, UINT, "64",          \
+	   "Sessions: idle server connections a node keeps from one client "   \
+	   "address (same rule)")                                              \
+	XX(session, SOURCE_ADDR, session_source_addr, STR, "",                 \
+	   "Sessions: numeric local IP address a client's new connections "    \
+	   "bind to (empty: the system's choice); a listener address of the "  \
+	   "other family is skipped")                                          \
 	XX(session, STOCK, session_stock, UINT, "4",                           \
 	   "Sessions: connection resources (QP, CQ, control QP) a node keeps " \
 	   "made ahead by a background thread, so that a new connection "      \

@@ -31,6 +31,8 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <sys/resource.h>
 
 #include "fault_util.h"
 
@@ -352,6 +354,37 @@ struct totals {
 	uint64_t attempts, ok, failed, el_ms;
 };
 
+/* CPU seconds (user and system) of this process (RUSAGE_SELF) or of its
+ * children reaped so far (RUSAGE_CHILDREN). */
+static double cpu_s(int who)
+{
+	struct rusage ru;
+
+	CHECK(!getrusage(who, &ru));
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* The 1-minute load average: what else ran on the machine (-1 if
+ * unknown). */
+static double load1(void)
+{
+	FILE *f = fopen("/proc/loadavg", "r");
+	double l = -1;
+	char buf[64], *end;
+
+	if (f) {
+		if (fgets(buf, sizeof(buf), f)) {
+			double x = strtod(buf, &end);
+
+			if (end != buf)
+				l = x;
+		}
+		fclose(f);
+	}
+	return l;
+}
+
 /*
  * One run: a listener, @nclients client processes with @nthreads threads
  * each for @ms, served until every client reported and no session is
@@ -453,6 +486,8 @@ int main(int argc, char **argv)
 	tf_node_stats_t ns;
 	tf_pool_stats_t ps;
 	long rss_net, rss_mid;
+	double srv_cpu, cli_cpu, load0;
+	const char *spin;
 
 	if (argc == 6 && !strcmp(argv[1], "peer"))
 		return client_main(argv);
@@ -470,7 +505,16 @@ int main(int argc, char **argv)
 	v.nbroken = 0;
 	res_snap(&v, &r0);
 
+	/* The rate depends on the machine as much as on the code (every
+	 * session thread busy-polls, TOLLFREE_POLL_SPIN_US, then yields):
+	 * the CPU time per session and the load around the run are
+	 * printed with it, so that two figures can be compared. */
+	load0 = load1();
+	srv_cpu = cpu_s(RUSAGE_SELF);
+	cli_cpu = cpu_s(RUSAGE_CHILDREN);
 	run(&v, secs * 1000, nclients, nthreads, &rmid, &t);
+	srv_cpu = cpu_s(RUSAGE_SELF) - srv_cpu;
+	cli_cpu = cpu_s(RUSAGE_CHILDREN) - cli_cpu;
 	attempts = t.attempts;
 	ok = t.ok;
 	cfailed = t.failed;
@@ -499,6 +543,16 @@ int main(int argc, char **argv)
 	       (unsigned long long)v.completed, (unsigned long long)v.failed,
 	       (unsigned long long)v.retried, (unsigned long long)v.incomplete,
 	       v.peak);
+	spin = getenv("TOLLFREE_POLL_SPIN_US");
+	printf("soak: CPU %.0f us per session (server %.0f, clients %.0f), "
+	       "%.2f of %ld CPUs; load average %.2f before, %.2f after; "
+	       "TOLLFREE_POLL_SPIN_US %s\n",
+	       attempts ? (srv_cpu + cli_cpu) * 1e6 / (double)attempts : 0,
+	       attempts ? srv_cpu * 1e6 / (double)attempts : 0,
+	       attempts ? cli_cpu * 1e6 / (double)attempts : 0,
+	       (srv_cpu + cli_cpu) * 1000 / (double)t.el_ms,
+	       sysconf(_SC_NPROCESSORS_ONLN), load0, load1(),
+	       spin ? spin : "unset (default)");
 	printf("soak: qp new %llu reused %llu broken %llu; windows bound "
 	       "%llu revoked %llu\n",
 	       (unsigned long long)ns.qp_new, (unsigned long long)ns.qp_reused,

@@ -236,8 +236,11 @@ static int peer_fd(struct shm_peer *p, int fd, struct stat *st)
 		f = (int)syscall(SYS_pidfd_getfd, p->pidfd, fd, 0);
 		if (f < 0 && errno != ENOSYS && errno != EPERM) {
 			ret = -errno;
-			if (errno == ESRCH)
+			/* The process is gone: the caller says so. */
+			if (errno == ESRCH) {
 				atomic_store(&p->dead, true);
+				return ret;
+			}
 			tf_log_error(SOFT_SUBSYS,
 				     "shm: pidfd_getfd(peer %d, fd %d): %m",
 				     (int)p->pid, fd);
@@ -398,6 +401,7 @@ static int peer_get(struct soft_ctx *ctx, const struct soft_peer_addr *a,
 	struct shm_ctx *sc = ctx->shm_priv;
 	struct shm_peer *p, *next;
 	struct stat st;
+	bool stashed;
 	void *m;
 	int fd = -1, ret;
 
@@ -435,6 +439,7 @@ static int peer_get(struct soft_ctx *ctx, const struct soft_peer_addr *a,
 	/* The pidfd first: the TPT is then fetched from the process it
 	 * names and checked against the nonce, so the pidfd is the peer's
 	 * even if its pid has been reused meanwhile. */
+	stashed = sc->stash_fd >= 0 && sc->stash_pid == a->pid;
 	p->pidfd = peer_pidfd(sc, a->pid);
 	if (p->pidfd == -2) {
 		p->pidfd = -1;
@@ -442,7 +447,23 @@ static int peer_get(struct soft_ctx *ctx, const struct soft_peer_addr *a,
 		goto err_free;
 	}
 	fd = peer_fd(p, a->tpt_fd, &st);
+	if (fd < 0 && stashed && atomic_load(&p->dead)) {
+		/* A pidfd left from an earlier check may name a process
+		 * that has gone and whose pid is in use again: ask anew. */
+		close(p->pidfd);
+		atomic_store(&p->dead, false);
+		p->pidfd = peer_pidfd(sc, a->pid);
+		if (p->pidfd == -2) {
+			p->pidfd = -1;
+			ret = -TF_EPEER;
+			goto err_free;
+		}
+		fd = peer_fd(p, a->tpt_fd, &st);
+	}
 	if (fd < 0) {
+		if (fd == -ESRCH)
+			tf_log_error(SOFT_SUBSYS, "shm: peer %d has exited",
+				     (int)a->pid);
 		ret = -TF_EPEER;
 		goto err_free;
 	}
@@ -770,6 +791,9 @@ int soft_shm_connect(struct soft_qp *qp)
 		goto err_conn;
 	fd = peer_fd(s->peer, a->qp_fd, &st);
 	if (fd < 0) {
+		if (fd == -ESRCH)
+			tf_log_error(SOFT_SUBSYS, "shm: peer %d has exited",
+				     (int)a->pid);
 		ret = -TF_EPEER;
 		goto err_peer;
 	}

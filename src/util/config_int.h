@@ -72,6 +72,15 @@
 	XX(soft, SHM_EAGER, soft_shm_eager, SIZE, "16K",                       \
 	   "Soft shm transport: SENDs up to this size are copied through "     \
 	   "the ring, larger ones are pulled by the receiver")                 \
+	XX(soft, SHM_PEER_CACHE, soft_shm_peer_cache, UINT, "16",              \
+	   "Soft shm transport: peer contexts a context keeps attached "       \
+	   "(pidfd, TPT and shared memory mapped) after their last queue "     \
+	   "pair goes, so that the next connection to one makes no system "    \
+	   "call to attach it (0: none kept)")                                 \
+	XX(soft, SHM_PEER_CACHE_BYTES, soft_shm_peer_cache_bytes, SIZE, "1G",  \
+	   "Soft shm transport: most bytes of peer memory (TPT and shared "    \
+	   "memory) the kept peer contexts may have mapped; the least "        \
+	   "recently used go first")                                           \
 	XX(soft, XLATE_ENTRIES, soft_xlate_entries, UINT, "0",                 \
 	   "Translation-cache model: page translations resident on the "       \
 	   "modelled NIC.  The model is on when this or XLATE_MISS_NS is "     \

@@ -133,6 +133,9 @@ static int soft_context_open(const struct tf_config *cfg,
 		ret = -EINVAL;
 		goto err_free;
 	}
+	tf__fork_init();
+	ctx->fork_gen = tf__fork_gen();
+	ctx->pid = getpid();
 	ret = tf__random(&ctx->nonce, sizeof(ctx->nonce));
 	if (ret)
 		goto err_free;
@@ -764,7 +767,7 @@ static bool shm_reachable(struct soft_ctx *ctx, const struct soft_peer_addr *p)
 	if (!(p->flags & SOFT_ADDR_F_SHM) ||
 	    memcmp(p->host_id, ctx->host_id, 16))
 		return false;
-	return kill(p->pid, 0) == 0 || errno == EPERM;
+	return soft_shm_reachable(ctx, p);
 }
 
 /* Choose the transport from the peer's blob (shm when reachable, else

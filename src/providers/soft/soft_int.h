@@ -65,6 +65,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "provider.h"
 
@@ -392,6 +393,10 @@ struct soft_ctx {
 	pthread_mutex_t lock;	       /* TPT allocation, shmem table */
 	pthread_mutex_t progress_lock; /* progress; ctx->qps changes */
 	uint64_t nonce;
+	/* This process, and the fork generation it was read in: a forked
+	 * child (another generation) asks the kernel again. */
+	pid_t pid;
+	unsigned fork_gen;
 	uint8_t host_id[16];
 	int pagemap_fd;
 	/* TPT segment */
@@ -707,6 +712,14 @@ int soft_cq_arm(struct tf_cq *cq);
  * from 0 to 1): start the waker on first use, unpark it.  0 or -errno. */
 int soft_waker_armed(struct soft_ctx *ctx, bool first);
 
+/* This process's pid without a system call (getpid in a forked child). */
+static inline pid_t soft_self_pid(const struct soft_ctx *ctx)
+{
+	if (TF__LIKELY(ctx->fork_gen == tf__fork_gen()))
+		return ctx->pid;
+	return getpid();
+}
+
 int soft_tpt_init(struct soft_ctx *ctx);
 void soft_tpt_fini(struct soft_ctx *ctx);
 int soft_mr_reg(struct tf_pd *pd, void *addr, size_t length, unsigned access,
@@ -751,6 +764,10 @@ void soft_shm_quiesce(struct soft_ctx *ctx, uint32_t slot);
 /* shm: create/destroy a QP's segment (at QP create/destroy). */
 int soft_shm_qp_init(struct soft_qp *qp);
 void soft_shm_qp_destroy(struct soft_qp *qp);
+/* shm: whether the process of peer address @p can be reached (same
+ * host checked by the caller): a context already attached, or a pidfd
+ * that can be opened (kept for the connect that follows). */
+bool soft_shm_reachable(struct soft_ctx *ctx, const struct soft_peer_addr *p);
 
 /* ---------------------------------------------------------------- tcp wire
  * requested by tcp transport: the frame codec of soft_tcp_frame.c, exposed so

@@ -409,7 +409,7 @@ int soft_tpt_init(struct soft_ctx *ctx)
 	ctx->tpt->version = SOFT_ADDR_VERSION;
 	ctx->tpt->nslots = nslots;
 	ctx->tpt->ctx_nonce = ctx->nonce;
-	ctx->tpt->pid = getpid();
+	ctx->tpt->pid = ctx->pid;
 	for (uint32_t i = 0; i < SOFT_MAX_SHMEM; i++)
 		ctx->tpt->shmem[i].fd = -1;
 	/* Peers check the magic last: publish it after the rest. */
@@ -431,6 +431,10 @@ err_owner:
 void soft_tpt_fini(struct soft_ctx *ctx)
 {
 	if (ctx->tpt_ctl) {
+		/* Peers that keep this context attached (soft_shm_seg.c)
+		 * see that it is gone and let it go. */
+		if (ctx->tpt && ctx->fork_gen == tf__fork_gen())
+			__atomic_store_n(&ctx->tpt->magic, 0, __ATOMIC_RELEASE);
 		pthread_mutex_destroy(&ctx->tpt_ctl->atomic_lock);
 		munmap(ctx->tpt_ctl, ctx->tpt_map_size);
 	}

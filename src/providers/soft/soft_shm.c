@@ -78,6 +78,8 @@ static int shm_progress(struct soft_ctx *ctx)
 				      tf__now_ns() + SHM_LIVENESS_NS,
 				      memory_order_relaxed);
 		check = true;
+		if (atomic_load_explicit(&sc->n_idle, memory_order_relaxed))
+			soft_shm_sweep_idle(ctx);
 	}
 	/* Read the doorbell before looking at the QPs, so that a ring
 	 * after our look is never lost; clear the pending flag before the

@@ -13,7 +13,8 @@
  *                   the receiver's side, per-QP progress
  *
  * Each QP owns a segment (a memfd, struct shm_seg) that its peer maps
- * read-write through /proc/<pid>/fd/<fd>.  It holds:
+ * read-write (the fd duplicated with pidfd_getfd, or opened through
+ * /proc/<pid>/fd/<fd> where that is refused).  It holds:
  *  - an inbound ring: the peer (sender) appends messages (SEND,
  *    SEND_WITH_IMM, SEND_WITH_INV, the immediate of RDMA_WRITE_WITH_IMM);
  *    the owner (receiver) consumes them in progress and matches receive
@@ -47,6 +48,14 @@
  * process_vm_readv/writev otherwise.  The target CPU does nothing.  To
  * keep RC ordering, a one-sided operation starts only when every earlier
  * message of the QP has been acknowledged.
+ *
+ * Peer contexts are attached once (pidfd, TPT, tf_mem_alloc memory) and
+ * shared by every QP to them; after the last QP goes a few are kept
+ * attached (TOLLFREE_SOFT_SHM_PEER_CACHE, _BYTES), so that a new
+ * connection to a known peer maps only the peer QP's segment.  A kept
+ * peer is found by its context nonce, which a new process (or context)
+ * never has: a dead peer or a reused pid is never attached to a new QP.
+ * Dead and closed kept peers are let go from progress.
  *
  * Peer death: a pidfd per peer context is polled every few milliseconds
  * from progress; a dead peer's QPs go to error (outstanding work completes
@@ -155,9 +164,14 @@ struct shm_iov {
 
 struct shm_peer {
 	struct shm_peer *next;
+	struct shm_ctx *sc;
 	uint64_t nonce;
 	pid_t pid;
 	int pidfd;
+	/* Kept attached with no QP (refs 0): when it was last used, and the
+	 * bytes it has mapped (both ctx->lock). */
+	uint64_t last_use;
+	size_t bytes;
 	_Atomic int wake_fd; /* the peer's wake eventfd: -1 not opened yet,
 			      * -2 cannot be opened */
 	int refs;
@@ -185,7 +199,19 @@ struct shm_ctx {
 	pthread_mutex_t seg_lock; /* segs[] (leaf lock) */
 	struct soft_qp **segs;
 	uint32_t n_segs;
-	struct shm_peer *peers; /* ctx->lock */
+	/* Peer contexts attached, with QPs (refs > 0) or kept for the next
+	 * connection to them (refs 0, at most TOLLFREE_SOFT_SHM_PEER_CACHE
+	 * and _BYTES of them, least recently used evicted).  ctx->lock. */
+	struct shm_peer *peers;
+	_Atomic uint32_t n_idle; /* also read by progress without the lock */
+	size_t idle_bytes;
+	uint64_t use_clock;
+	/* A pidfd soft_shm_reachable opened for the connect that follows
+	 * (ctx->lock). */
+	pid_t stash_pid;
+	int stash_fd;
+	/* pidfd_getfd refused (old kernel, Yama): open /proc/<pid>/fd/<n>. */
+	_Atomic bool no_getfd;
 	_Atomic uint64_t next_check_ns;
 	_Atomic uint64_t db_seen; /* doorbell value progress acted on */
 	/* Some QP waits for acks or an RNR timer: keep polling. */
@@ -244,6 +270,9 @@ int soft_shm_qp_addr(struct soft_qp *qp, struct soft_peer_addr *me);
 int soft_shm_connect(struct soft_qp *qp);
 void soft_shm_qp_fini(struct soft_qp *qp);
 bool soft_shm_peer_dead(struct shm_peer *p);
+/* Let go of kept peer contexts that died or closed (progress, every few
+ * ms while some are kept; a no-op if ctx->lock is busy). */
+void soft_shm_sweep_idle(struct soft_ctx *ctx);
 
 /*
  * The address in this process of tf_mem_alloc region @idx of the peer, at

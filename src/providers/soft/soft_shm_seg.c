@@ -25,6 +25,8 @@ static bool pid_alive(pid_t pid)
 	return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 }
 
+static void peer_free(struct shm_peer *p);
+
 /* ------------------------------------------------------------ context */
 
 /* ctx->lock held. */
@@ -44,6 +46,7 @@ static int shm_ctx_alloc(struct soft_ctx *ctx)
 		return -ENOMEM;
 	}
 	pthread_mutex_init(&sc->seg_lock, NULL);
+	sc->stash_fd = -1;
 	atomic_store_explicit((void *_Atomic *)&ctx->shm_priv, sc,
 			      memory_order_release);
 	return 0;
@@ -60,7 +63,22 @@ void soft_shm_ctx_fini(struct soft_ctx *ctx)
 
 	if (!sc)
 		return;
-	/* Peers are released with their last QP; any left here leaked. */
+	/* Peers with QPs are released with their last QP; the kept ones
+	 * go here. */
+	while (sc->peers) {
+		struct shm_peer *p = sc->peers;
+
+		sc->peers = p->next;
+		if (p->refs)
+			tf_log_warn(SOFT_SUBSYS,
+				    "shm: peer %d still has %d queue pairs at "
+				    "context close",
+				    (int)p->pid, p->refs);
+		else
+			peer_free(p);
+	}
+	if (sc->stash_fd >= 0)
+		close(sc->stash_fd);
 	pthread_mutex_destroy(&sc->seg_lock);
 	tf__free(sc->segs);
 	tf__free(sc);
@@ -108,7 +126,7 @@ int soft_shm_qp_init(struct soft_qp *qp)
 	seg->ctx_nonce = ctx->nonce;
 	seg->ring_size = (uint32_t)rs;
 	seg->hdr_size = SHM_HDR_SIZE;
-	seg->owner_pid = getpid();
+	seg->owner_pid = soft_self_pid(ctx);
 	qp->shm_seg = seg;
 	qp->shm_seg_fd = fd;
 	qp->shm_seg_size = size;
@@ -193,7 +211,7 @@ int soft_shm_qp_addr(struct soft_qp *qp, struct soft_peer_addr *me)
 		atomic_thread_fence(memory_order_release);
 		seg->magic = SHM_SEG_MAGIC;
 	}
-	me->pid = getpid();
+	me->pid = soft_self_pid(qp->ctx);
 	me->tpt_fd = qp->ctx->tpt_fd;
 	me->qp_fd = qp->shm_seg_fd;
 	return 0;
@@ -201,24 +219,58 @@ int soft_shm_qp_addr(struct soft_qp *qp, struct soft_peer_addr *me)
 
 /* ------------------------------------------------------------ peers */
 
-static int open_peer_fd(pid_t pid, int fd, struct stat *st)
+/*
+ * A descriptor of fd @fd of peer @p, with its stat: duplicated with
+ * pidfd_getfd (one call, bound to the process the pidfd names, so a
+ * reused pid cannot answer), or opened through /proc/<pid>/fd/<fd> where
+ * that is refused (ENOSYS, or EPERM under Yama's ptrace_scope).
+ */
+static int peer_fd(struct shm_peer *p, int fd, struct stat *st)
 {
+	struct shm_ctx *sc = p->sc;
 	char path[64];
-	int f;
+	int f = -1, ret;
 
-	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, fd);
-	f = open(path, O_RDWR | O_CLOEXEC);
+	if (p->pidfd >= 0 &&
+	    !atomic_load_explicit(&sc->no_getfd, memory_order_relaxed)) {
+		f = (int)syscall(SYS_pidfd_getfd, p->pidfd, fd, 0);
+		if (f < 0 && errno != ENOSYS && errno != EPERM) {
+			ret = -errno;
+			/* The process is gone: the caller says so. */
+			if (errno == ESRCH) {
+				atomic_store(&p->dead, true);
+				return ret;
+			}
+			tf_log_error(SOFT_SUBSYS,
+				     "shm: pidfd_getfd(peer %d, fd %d): %m",
+				     (int)p->pid, fd);
+			return ret;
+		}
+		if (f < 0) {
+			tf_log_debug(SOFT_SUBSYS,
+				     "shm: pidfd_getfd refused (%m); peer fds "
+				     "are opened through /proc");
+			atomic_store(&sc->no_getfd, true);
+		}
+	}
 	if (f < 0) {
-		int ret = -errno;
-
-		tf_log_error(SOFT_SUBSYS, "shm: open %s: %m", path);
-		return ret;
+		snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)p->pid, fd);
+		f = open(path, O_RDWR | O_CLOEXEC);
+		if (f < 0) {
+			ret = -errno;
+			tf_log_error(SOFT_SUBSYS, "shm: open %s: %m", path);
+			return ret;
+		}
 	}
 	if (fstat(f, st)) {
-		int ret = -errno;
-
+		ret = -errno;
 		close(f);
 		return ret;
+	}
+	/* The peer's word: a memfd is a regular file. */
+	if (!S_ISREG(st->st_mode)) {
+		close(f);
+		return -TF_EPEER;
 	}
 	return f;
 }
@@ -247,33 +299,171 @@ static void peer_free(struct shm_peer *p)
 	tf__free(p);
 }
 
-/* Find or map the peer context of @a.  ctx->lock held. */
+/* Bytes @p has mapped (no QP uses it: the maps do not change). */
+static size_t peer_bytes(const struct shm_peer *p)
+{
+	size_t n = SOFT_PAGE_SIZE + p->tpt_size;
+
+	for (uint32_t i = 0; i < SOFT_MAX_SHMEM; i++)
+		if (p->map[i].base)
+			n += p->map[i].size;
+	for (const struct shm_old_map *o = p->old_maps; o; o = o->next)
+		n += o->size;
+	return n;
+}
+
+/* Whether the peer context closed (it clears its TPT's magic). */
+static bool peer_closed(const struct shm_peer *p)
+{
+	return __atomic_load_n(&p->tpt->magic, __ATOMIC_ACQUIRE) !=
+		       SOFT_TPT_MAGIC ||
+	       p->tpt->ctx_nonce != p->nonce;
+}
+
+/* Unlink kept peer @p and free it.  ctx->lock held. */
+static void idle_drop(struct shm_ctx *sc, struct shm_peer *p)
+{
+	for (struct shm_peer **pp = &sc->peers; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	sc->idle_bytes -= p->bytes;
+	atomic_fetch_sub_explicit(&sc->n_idle, 1, memory_order_relaxed);
+	peer_free(p);
+}
+
+/* Let go of kept peers that closed or died: one poll for up to 32
+ * pidfds.  ctx->lock held. */
+static void idle_sweep(struct shm_ctx *sc)
+{
+	struct shm_peer *batch[32], *p, *next;
+	struct pollfd pfd[32];
+	unsigned n;
+
+	for (p = sc->peers; p; p = next) {
+		next = p->next;
+		if (!p->refs && (atomic_load(&p->dead) || peer_closed(p)))
+			idle_drop(sc, p);
+	}
+	p = sc->peers;
+	while (p) {
+		for (n = 0; p && n < 32; p = p->next) {
+			if (p->refs || p->pidfd < 0)
+				continue;
+			batch[n] = p;
+			pfd[n].fd = p->pidfd;
+			pfd[n].events = POLLIN;
+			pfd[n].revents = 0;
+			n++;
+		}
+		if (!n || poll(pfd, n, 0) <= 0)
+			continue;
+		for (unsigned i = 0; i < n; i++)
+			if (pfd[i].revents)
+				idle_drop(sc, batch[i]);
+	}
+}
+
+void soft_shm_sweep_idle(struct soft_ctx *ctx)
+{
+	struct shm_ctx *sc = ctx->shm_priv;
+
+	if (pthread_mutex_trylock(&ctx->lock))
+		return;
+	idle_sweep(sc);
+	pthread_mutex_unlock(&ctx->lock);
+}
+
+/* The pidfd of @pid: the one soft_shm_reachable opened, or a new one.
+ * -1 without pidfds (old kernel: liveness falls back to kill(0)).
+ * ctx->lock held. */
+static int peer_pidfd(struct shm_ctx *sc, pid_t pid)
+{
+	int fd;
+
+	if (sc->stash_fd >= 0 && sc->stash_pid == pid) {
+		fd = sc->stash_fd;
+		sc->stash_fd = -1;
+		return fd;
+	}
+	fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (fd < 0 && errno == ESRCH)
+		return -2;
+	return fd < 0 ? -1 : fd;
+}
+
+/* Find or attach the peer context of @a.  ctx->lock held. */
 static int peer_get(struct soft_ctx *ctx, const struct soft_peer_addr *a,
 		    struct shm_peer **peer_p)
 {
 	struct shm_ctx *sc = ctx->shm_priv;
-	struct shm_peer *p;
+	struct shm_peer *p, *next;
 	struct stat st;
+	bool stashed;
 	void *m;
-	int fd, ret;
+	int fd = -1, ret;
 
-	for (p = sc->peers; p; p = p->next) {
-		if (p->nonce == a->ctx_nonce && !p->dead) {
-			p->refs++;
-			*peer_p = p;
-			return 0;
+	/* The nonce names one context of one process: a kept peer that
+	 * matches is the context that sent the address, alive when it did
+	 * (its death is seen by the QPs' liveness checks). */
+	for (p = sc->peers; p; p = next) {
+		next = p->next;
+		if (p->nonce != a->ctx_nonce || p->pid != a->pid)
+			continue;
+		if (atomic_load(&p->dead) || peer_closed(p)) {
+			if (!p->refs)
+				idle_drop(sc, p);
+			continue;
 		}
+		if (!p->refs++) {
+			sc->idle_bytes -= p->bytes;
+			atomic_fetch_sub_explicit(&sc->n_idle, 1,
+						  memory_order_relaxed);
+		}
+		*peer_p = p;
+		return 0;
 	}
+	/* A new peer: a good moment to let dead kept ones go. */
+	if (atomic_load_explicit(&sc->n_idle, memory_order_relaxed))
+		idle_sweep(sc);
 	p = tf__calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	p->pidfd = -1;
+	p->sc = sc;
 	atomic_init(&p->wake_fd, -1);
 	pthread_mutex_init(&p->map_lock, NULL);
 	p->pid = a->pid;
 	p->nonce = a->ctx_nonce;
-	fd = open_peer_fd(a->pid, a->tpt_fd, &st);
+	/* The pidfd first: the TPT is then fetched from the process it
+	 * names and checked against the nonce, so the pidfd is the peer's
+	 * even if its pid has been reused meanwhile. */
+	stashed = sc->stash_fd >= 0 && sc->stash_pid == a->pid;
+	p->pidfd = peer_pidfd(sc, a->pid);
+	if (p->pidfd == -2) {
+		p->pidfd = -1;
+		ret = -TF_EPEER;
+		goto err_free;
+	}
+	fd = peer_fd(p, a->tpt_fd, &st);
+	if (fd < 0 && stashed && atomic_load(&p->dead)) {
+		/* A pidfd left from an earlier check may name a process
+		 * that has gone and whose pid is in use again: ask anew. */
+		close(p->pidfd);
+		atomic_store(&p->dead, false);
+		p->pidfd = peer_pidfd(sc, a->pid);
+		if (p->pidfd == -2) {
+			p->pidfd = -1;
+			ret = -TF_EPEER;
+			goto err_free;
+		}
+		fd = peer_fd(p, a->tpt_fd, &st);
+	}
 	if (fd < 0) {
+		if (fd == -ESRCH)
+			tf_log_error(SOFT_SUBSYS, "shm: peer %d has exited",
+				     (int)a->pid);
 		ret = -TF_EPEER;
 		goto err_free;
 	}
@@ -311,8 +501,6 @@ static int peer_get(struct soft_ctx *ctx, const struct soft_peer_addr *a,
 		goto err_close;
 	}
 	p->mask = p->tpt->nslots - 1;
-	p->pidfd = (int)syscall(SYS_pidfd_open, a->pid, 0);
-	/* Without pidfds (old kernel) liveness falls back to kill(0). */
 	p->refs = 1;
 	p->next = sc->peers;
 	sc->peers = p;
@@ -331,16 +519,60 @@ err_free:
 static void peer_put(struct soft_ctx *ctx, struct shm_peer *p)
 {
 	struct shm_ctx *sc = ctx->shm_priv;
+	uint64_t cap = ctx->base.cfg.soft_shm_peer_cache;
+	uint64_t cap_bytes = ctx->base.cfg.soft_shm_peer_cache_bytes;
 
 	if (--p->refs)
 		return;
-	for (struct shm_peer **pp = &sc->peers; *pp; pp = &(*pp)->next) {
-		if (*pp == p) {
-			*pp = p->next;
-			break;
+	/* Kept for the next connection, unless it cannot serve one. */
+	p->bytes = peer_bytes(p);
+	p->last_use = ++sc->use_clock;
+	sc->idle_bytes += p->bytes;
+	atomic_fetch_add_explicit(&sc->n_idle, 1, memory_order_relaxed);
+	if (atomic_load(&p->dead) || peer_closed(p)) {
+		idle_drop(sc, p);
+		return;
+	}
+	while (sc->idle_bytes > cap_bytes ||
+	       atomic_load_explicit(&sc->n_idle, memory_order_relaxed) > cap) {
+		struct shm_peer *lru = NULL;
+
+		for (struct shm_peer *q = sc->peers; q; q = q->next)
+			if (!q->refs && (!lru || q->last_use < lru->last_use))
+				lru = q;
+		idle_drop(sc, lru);
+	}
+}
+
+bool soft_shm_reachable(struct soft_ctx *ctx, const struct soft_peer_addr *a)
+{
+	struct shm_ctx *sc = atomic_load_explicit(
+		(void *_Atomic *)&ctx->shm_priv, memory_order_acquire);
+	int fd;
+
+	if (!sc)
+		return pid_alive(a->pid);
+	pthread_mutex_lock(&ctx->lock);
+	for (struct shm_peer *p = sc->peers; p; p = p->next) {
+		if (p->nonce == a->ctx_nonce && p->pid == a->pid &&
+		    !atomic_load(&p->dead)) {
+			pthread_mutex_unlock(&ctx->lock);
+			return true;
 		}
 	}
-	peer_free(p);
+	pthread_mutex_unlock(&ctx->lock);
+	/* A pidfd tells as much as kill(0) does (the pid is visible here),
+	 * and the connect that follows needs one. */
+	fd = (int)syscall(SYS_pidfd_open, a->pid, 0);
+	if (fd < 0)
+		return errno == ESRCH ? false : pid_alive(a->pid);
+	pthread_mutex_lock(&ctx->lock);
+	if (sc->stash_fd >= 0)
+		close(sc->stash_fd);
+	sc->stash_fd = fd;
+	sc->stash_pid = a->pid;
+	pthread_mutex_unlock(&ctx->lock);
+	return true;
 }
 
 bool soft_shm_peer_dead(struct shm_peer *p)
@@ -400,7 +632,7 @@ uint8_t *soft_shm_peer_map(struct shm_peer *p, int32_t idx, uint32_t gen,
 	size = e->size;
 	if (atomic_load(&e->gen) != gen || pfd < 0 || !size)
 		goto out;
-	fd = open_peer_fd(p->pid, pfd, &st);
+	fd = peer_fd(p, pfd, &st);
 	if (fd < 0)
 		goto out;
 	/* The fd number may have been reused between our reads: the
@@ -557,8 +789,11 @@ int soft_shm_connect(struct soft_qp *qp)
 	pthread_mutex_unlock(&ctx->lock);
 	if (ret)
 		goto err_conn;
-	fd = open_peer_fd(a->pid, a->qp_fd, &st);
+	fd = peer_fd(s->peer, a->qp_fd, &st);
 	if (fd < 0) {
+		if (fd == -ESRCH)
+			tf_log_error(SOFT_SUBSYS, "shm: peer %d has exited",
+				     (int)a->pid);
 		ret = -TF_EPEER;
 		goto err_peer;
 	}
@@ -609,7 +844,7 @@ int soft_shm_connect(struct soft_qp *qp)
 	s->tx_tail = atomic_load(&rs->tail);
 	s->tx_seq = s->acked = atomic_load(&rs->ack_seq);
 	s->nak_gen_seen = atomic_load(&rs->nak_gen);
-	atomic_store(&rs->peer_pid, (int32_t)getpid());
+	atomic_store(&rs->peer_pid, (int32_t)soft_self_pid(ctx));
 	s->rx_head = atomic_load(&own_seg(qp)->head);
 	s->rx_seq = atomic_load(&own_seg(qp)->ack_seq);
 	s->my_nak_gen = atomic_load(&own_seg(qp)->nak_gen);

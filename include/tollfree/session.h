@@ -230,6 +230,15 @@ enum tf_listener_flags {
 	 * kept connections; a blocking tf_listener_accept() spins.
 	 */
 	TF_LISTENER_BUSY_POLL = 1u << 0,
+	/*
+	 * Several listeners - threads of one node, or processes - share the
+	 * port through SO_REUSEPORT: each sets this flag and binds the same
+	 * address and port.  The kernel spreads new connections over them
+	 * (by a hash of the client's address and port); a kept connection
+	 * stays with the listener that accepted it.  Without the flag a
+	 * second listener on a bound port fails with -EADDRINUSE.
+	 */
+	TF_LISTENER_REUSEPORT = 1u << 1,
 };
 
 typedef struct tf_listener_params {

@@ -26,6 +26,12 @@
  *
  * First, without the flag, a second listener on a bound port fails with
  * -EADDRINUSE, and so does one with the flag on a port bound without it.
+ * Then a server that serves the session it accepted before it accepts
+ * again (as every listener thread here does) must not drop a connection
+ * whose HELLO waited meanwhile: two clients connect at once, the server
+ * accepts one, serves it, stays away past the HELLO deadline, and accepts
+ * the other (whose complete HELLO was dropped with its connection at the
+ * deadline before tf_listener_accept served such messages first).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -136,6 +142,43 @@ static void exclusive_ports(tf_node_t *node)
 	tf_listener_destroy(l);
 }
 
+static int config_ms(const char *name)
+{
+	char v[32];
+
+	CHECK_OK(tf_config_get(name, v, sizeof(v)));
+	return atoi(v);
+}
+
+/* Two connections arrive together; the second waits while the first's
+ * session is served and the server stays away. */
+static void server_late_hello(struct tf_pair *p, tf_node_t *node)
+{
+	int hello_ms = config_ms("SESSION_HELLO_TIMEOUT_MS");
+	int tmo_ms = config_ms("SESSION_TIMEOUT_MS");
+	struct shard sh = {0};
+	tf_node_stats_t st;
+	int ret;
+
+	if (tmo_ms < hello_ms)
+		hello_ms = tmo_ms;
+	sh.l = listen_port(node, 0, 0, &ret);
+	CHECK_OK(ret);
+	tf_test_send_u64(p, tf_listener_port(sh.l));
+	/* Both clients are connecting: let their HELLOs arrive, so that
+	 * the first accept takes both connections. */
+	tf_test_recv_u64(p);
+	usleep(200 * 1000);
+	serve_one(st_accept(sh.l, TF_SESSION_DEFER_ESTABLISH), &sh);
+	usleep((useconds_t)(hello_ms + 200) * 1000);
+	serve_one(st_accept(sh.l, TF_SESSION_DEFER_ESTABLISH), &sh);
+	CHECK_OK(tf_node_query_stats(node, &st));
+	CHECKF(st.handshake_rejects == 0, "%llu handshakes dropped",
+	       (unsigned long long)st.handshake_rejects);
+	tf_listener_destroy(sh.l);
+	atomic_store(&served_total, 0);
+}
+
 static void server(struct tf_pair *p, tf_node_t *node)
 {
 	struct shard sh[SHARDS];
@@ -145,6 +188,7 @@ static void server(struct tf_pair *p, tf_node_t *node)
 	int ret;
 
 	exclusive_ports(node);
+	server_late_hello(p, node);
 	memset(sh, 0, sizeof(sh));
 	for (int i = 0; i < SHARDS; i++) {
 		sh[i].l = listen_port(node, port, TF_LISTENER_REUSEPORT, &ret);
@@ -172,9 +216,14 @@ static void server(struct tf_pair *p, tf_node_t *node)
 	       "served %u sessions, the clients opened %u", total, expect);
 	CHECKF(serving >= 2, "only %u of %d listeners served", serving, SHARDS);
 	CHECK_OK(tf_node_query_stats(node, &st));
-	CHECK(st.sessions_opened == total && st.sessions_closed == total);
+	CHECK(st.sessions_opened == total + 2 &&
+	      st.sessions_closed == total + 2);
 	CHECK(st.sessions_live == 0 && st.windows_live == 0 &&
 	      st.slices_rented == 0);
+	CHECKF(st.handshake_rejects == 0 && st.pending_dropped == 0,
+	       "%llu handshakes rejected, %llu dropped",
+	       (unsigned long long)st.handshake_rejects,
+	       (unsigned long long)st.pending_dropped);
 	for (int i = 0; i < SHARDS; i++)
 		tf_listener_destroy(sh[i].l);
 }
@@ -221,6 +270,15 @@ static void client_session(struct client *cl, int round)
 	cl->done++;
 }
 
+/* One session on a new connection. */
+static void *client_first(void *arg)
+{
+	struct client *cl = arg;
+
+	client_session(cl, 2);
+	return NULL;
+}
+
 static void *client_main(void *arg)
 {
 	struct client *cl = arg;
@@ -252,6 +310,24 @@ static int client_process(const char *port, const char *wfd)
 	return tf_test_end();
 }
 
+static void clients_late_hello(struct tf_pair *p, tf_node_t *node)
+{
+	struct client cl[2];
+
+	memset(cl, 0, sizeof(cl));
+	cl[0].port = cl[1].port = (uint16_t)tf_test_recv_u64(p);
+	for (int i = 0; i < 2; i++) {
+		cl[i].node = node;
+		cl[i].id = 100 + (uint32_t)i;
+		CHECK(!pthread_create(&cl[i].thr, NULL, client_first, &cl[i]));
+	}
+	tf_test_send_u64(p, 2);
+	for (int i = 0; i < 2; i++) {
+		CHECK(!pthread_join(cl[i].thr, NULL));
+		CHECK(cl[i].done == 1);
+	}
+}
+
 static void clients(struct tf_pair *p, tf_node_t *node)
 {
 	struct client cl[CLIENTS];
@@ -262,6 +338,7 @@ static void clients(struct tf_pair *p, tf_node_t *node)
 	ssize_t n;
 	pid_t pid;
 
+	clients_late_hello(p, node);
 	memset(cl, 0, sizeof(cl));
 	cl[0].port = (uint16_t)tf_test_recv_u64(p);
 	snprintf(port, sizeof(port), "%u", cl[0].port);
@@ -299,7 +376,7 @@ static void clients(struct tf_pair *p, tf_node_t *node)
 		     "and %u from a process",
 		     done, CLIENTS, reused, proc_done);
 	CHECK_OK(tf_node_query_stats(node, &st));
-	CHECK(st.sessions_opened == done && st.sessions_closed == done);
+	CHECK(st.sessions_opened == done + 2 && st.sessions_closed == done + 2);
 	CHECK(st.qp_reused == reused && st.qp_reused > 0);
 	CHECK(st.sessions_live == 0 && st.slices_rented == 0);
 	tf_test_send_u64(p, done + proc_done);

@@ -817,6 +817,19 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		for (c = l->conns.next; c != &l->conns; c = nx) {
 			nx = c->next;
 			if (c->deadline_ns && now > c->deadline_ns) {
+				/* ... unless their next message is complete
+				 * in the socket: then the delay was this
+				 * side's (the application served a session
+				 * between two calls, as a thread per
+				 * listener does), not the peer's.  A peer
+				 * still short of a message is dropped. */
+				if (tf__wire_rx_step(c->fd, &c->rx) == 1) {
+					if (serve_conn(l, c, params, false, 0,
+						       s_p) == 1)
+						return 0;
+					/* The list may have changed. */
+					break;
+				}
 				/* A connection that never said anything is
 				 * a probe or a flood, not worth a warning. */
 				if (c->hs == TF_CONN_WAIT_HELLO && !c->rx.got)

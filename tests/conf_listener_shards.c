@@ -6,7 +6,10 @@
  * Side B runs one node with SHARDS listeners on the same port, made with
  * TF_LISTENER_REUSEPORT, each driven by its own thread: the thread accepts
  * from its listener and serves the sessions it returned, concurrently with
- * the other listener threads.  Side A runs CLIENTS threads on one node (so
+ * the other listener threads.  Listener 0's thread hands each session to
+ * a thread of its own, which serves it while the listener goes on
+ * accepting, and closes it when that thread is done (a server session's
+ * close is the one call serialized with its listener).  Side A runs CLIENTS threads on one node (so
  * that they share its kept connections, its stock and its counters) and
  * one more client process of its own (exec'd, with its own context and
  * node).  Each client opens ROUNDS short sessions, one at a time: every
@@ -52,6 +55,7 @@
 struct shard {
 	tf_listener_t *l;
 	pthread_t thr;
+	bool handoff; /* serve each session on a thread of its own */
 	unsigned served, reused;
 };
 
@@ -59,8 +63,8 @@ static atomic_bool stop_serving;
 static atomic_uint served_total;
 
 /* Serve one session: expose a slice, wait for the client's close, and
- * find its pattern in the slice. */
-static void serve_one(tf_session_t *s, struct shard *sh)
+ * find its pattern in the slice (the close is the caller's). */
+static void serve_data(tf_session_t *s)
 {
 	size_t plen;
 	const void *priv = tf_session_peer_priv(s, &plen);
@@ -79,10 +83,90 @@ static void serve_one(tf_session_t *s, struct shard *sh)
 	CHECK_OK(tf_session_establish(s));
 	CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
 	CHECK_FILL(a, LEN, seed);
+}
+
+/* The end of a session, on its listener's thread. */
+static void close_one(tf_session_t *s, struct shard *sh)
+{
 	sh->reused += tf_session_reused(s) == 1;
 	tf_session_close(s);
 	sh->served++;
 	atomic_fetch_add(&served_total, 1);
+}
+
+static void serve_one(tf_session_t *s, struct shard *sh)
+{
+	serve_data(s);
+	close_one(s, sh);
+}
+
+/* A session served on a thread of its own while its listener's thread
+ * goes on accepting; the listener's thread closes it. */
+#define MAX_JOBS 16
+struct job {
+	tf_session_t *s;
+	pthread_t thr;
+	atomic_bool done;
+};
+
+static void *job_main(void *arg)
+{
+	struct job *j = arg;
+
+	serve_data(j->s);
+	atomic_store(&j->done, true);
+	return NULL;
+}
+
+/* Close the sessions whose threads finished (a slot is free when its
+ * s is NULL); a free slot, or -1.  *@busy_p: the slots still in use. */
+static int reap_jobs(struct shard *sh, struct job *jobs, int *busy_p)
+{
+	int free_slot = -1;
+
+	*busy_p = 0;
+	for (int i = 0; i < MAX_JOBS; i++) {
+		if (jobs[i].s && atomic_load(&jobs[i].done)) {
+			CHECK(!pthread_join(jobs[i].thr, NULL));
+			close_one(jobs[i].s, sh);
+			jobs[i].s = NULL;
+		}
+		if (!jobs[i].s)
+			free_slot = i;
+		else
+			++*busy_p;
+	}
+	return free_slot;
+}
+
+/* A listener whose sessions are served by other threads: the data calls
+ * of a server session may run while its listener accepts, only its close
+ * is serialized with the listener. */
+static void shard_handoff(struct shard *sh, const tf_session_params_t *sp)
+{
+	struct job jobs[MAX_JOBS];
+	int busy = 0;
+
+	memset(jobs, 0, sizeof(jobs));
+	for (;;) {
+		int slot = reap_jobs(sh, jobs, &busy), ret;
+		tf_session_t *s;
+
+		if (atomic_load(&stop_serving) && !busy)
+			break;
+		if (slot < 0) {
+			usleep(1000);
+			continue;
+		}
+		ret = tf_listener_accept(sh->l, sp, 5, &s);
+		if (ret == -EAGAIN || ret == -EINTR)
+			continue;
+		CHECKF(ret == 0, "accept: %s", tf_strerror(ret));
+		jobs[slot].s = s;
+		atomic_store(&jobs[slot].done, false);
+		CHECK(!pthread_create(&jobs[slot].thr, NULL, job_main,
+				      &jobs[slot]));
+	}
 }
 
 /* One listener's thread: its accepts and its sessions, nobody else's. */
@@ -92,6 +176,10 @@ static void *shard_main(void *arg)
 	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
 				  .flags = TF_SESSION_DEFER_ESTABLISH};
 
+	if (sh->handoff) {
+		shard_handoff(sh, &sp);
+		return NULL;
+	}
 	while (!atomic_load(&stop_serving)) {
 		tf_session_t *s;
 		int ret = tf_listener_accept(sh->l, &sp, 20, &s);
@@ -197,6 +285,8 @@ static void server(struct tf_pair *p, tf_node_t *node)
 		port = tf_listener_port(sh[i].l);
 	}
 	tf_test_send_u64(p, port);
+	/* Listener 0 hands its sessions to threads of their own. */
+	sh[0].handoff = true;
 	for (int i = 0; i < SHARDS; i++)
 		CHECK(!pthread_create(&sh[i].thr, NULL, shard_main, &sh[i]));
 	/* Side A says how many sessions its clients completed. */
@@ -387,6 +477,10 @@ int main(int argc, char **argv)
 	struct tf_pair p;
 	tf_node_t *node;
 
+	/* The second client of server_late_hello waits for its ACCEPT
+	 * while the server is away past the HELLO deadline on purpose: give
+	 * its connect room under load (the sanitizer runs set as much). */
+	setenv("TOLLFREE_SESSION_TIMEOUT_MS", "10000", 0);
 	if (argc == 4 && !strcmp(argv[1], "client"))
 		return client_process(argv[2], argv[3]);
 	tf_test_begin("conf_listener_shards");

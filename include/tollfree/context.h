@@ -69,7 +69,9 @@ const char *tf_context_device(const tf_context_t *ctx);
  * messages, one-sided operations a peer asked this side to execute,
  * retransmissions).  Polling any completion queue also makes progress.
  * Returns the number of events handled, or a negative errno.
- * Serialize per context.
+ * Thread-safe: one caller progresses at a time, and a caller that finds
+ * another progressing returns at once (the session layer calls it from
+ * every thread that waits, listeners included).
  */
 int tf_context_progress(tf_context_t *ctx);
 

@@ -59,8 +59,22 @@
  * tf_session_rent/attach + tf_session_expose (prepare), data calls +
  * tf_session_wait (move), tf_session_revoke (revoke), tf_session_close.
  *
- * Thread safety: a node is thread-safe for creating sessions and reading
- * stats; a listener and a session are serialized by their caller.
+ * Thread safety (tollfree(7), THREAD SAFETY):
+ *  - a node: any thread.  tf_session_connect, tf_listener_create and
+ *    tf_node_query_stats may run at the same time on any threads; what
+ *    they share (kept client connections and free windows under the
+ *    node's lock, the stock under its own, the pool, the registration
+ *    cache, the pinned-memory account, atomic counters) is synchronized.
+ *  - a listener and the sessions it returned: tf_listener_accept,
+ *    tf_listener_destroy and tf_session_close of those sessions must not
+ *    overlap (close hands a kept connection back to its listener).  The
+ *    usual shape is one thread per listener that accepts and serves its
+ *    sessions; listeners of one node, each on its own thread, run at the
+ *    same time, and may share a port (TF_LISTENER_REUSEPORT).
+ *  - a session: one thread at a time.  Sessions run at the same time on
+ *    different threads, whichever listener or client they came from (a
+ *    server session's calls other than close may run on another thread
+ *    than its listener's accept).
  */
 #ifndef TOLLFREE_SESSION_H
 #define TOLLFREE_SESSION_H
@@ -250,13 +264,16 @@ typedef struct tf_listener_params {
 } tf_listener_params_t;
 
 /* tf_listener_create - listen for sessions on @node, on the first address
- * of params->addr that can be bound (a name is resolved).  -EADDRINUSE,
- * -EINVAL (empty address), -EHOSTUNREACH (a name that does not resolve)
- * or -errno.  Thread-safe. */
+ * of params->addr that can be bound (a name is resolved).  -EADDRINUSE
+ * (also when the port is bound by a listener without
+ * TF_LISTENER_REUSEPORT, or this one lacks it), -EINVAL (empty address),
+ * -EHOSTUNREACH (a name that does not resolve) or -errno.  Thread-safe:
+ * several threads may each create their own listener on one node. */
 int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 		       tf_listener_t **l_p);
 /* tf_listener_destroy - stop listening; kept connections are closed.
- * Sessions already accepted stay usable.  NULL-safe. */
+ * Sessions already accepted stay usable.  NULL-safe; not thread-safe with
+ * respect to the listener and the close of the sessions it returned. */
 void tf_listener_destroy(tf_listener_t *l);
 /* tf_listener_port - the bound TCP port (host order). */
 uint16_t tf_listener_port(const tf_listener_t *l);
@@ -303,7 +320,9 @@ typedef struct tf_session_params {
  * address and overall (TOLLFREE_SESSION_MAX_*): a session past a bound is
  * refused (the client gets -EUSERS or -EBUSY), and counted.
  * Returns 0, -EAGAIN when no session opened in time, or -errno.
- * Serialize per listener.
+ * Serialize per listener, together with tf_session_close of the sessions
+ * it returned; different listeners of one node may accept at the same
+ * time on different threads.
  */
 int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		       int timeout_ms, tf_session_t **s_p);
@@ -498,7 +517,8 @@ int tf_session_revoke(tf_session_t *s);
  * connection for the next session to the same peer if it is healthy.  It
  * does not wait for the peer.  When it returns, no key this side gave out
  * reaches its memory; the peer's keys are the peer's to revoke (at its own
- * close).  NULL-safe.
+ * close).  NULL-safe.  Serialize per session; the close of a server
+ * session also with its listener (tf_listener_accept).
  */
 void tf_session_close(tf_session_t *s);
 

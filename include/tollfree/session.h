@@ -315,7 +315,9 @@ typedef struct tf_session_params {
  * wait; -1: forever) and return the next session whose peer completed the
  * handshake.  Handshakes are served concurrently and each peer must
  * finish its part within the node timeout: a silent, slow, malformed or
- * unauthenticated peer is dropped and counted, and never blocks others.
+ * unauthenticated peer is dropped and counted, and never blocks others
+ * (a message complete in its socket at the deadline is served: the time
+ * the application spent between calls is not the peer's).
  * Sessions, exposed bytes and kept connections are bounded per client
  * address and overall (TOLLFREE_SESSION_MAX_*): a session past a bound is
  * refused (the client gets -EUSERS or -EBUSY), and counted.

@@ -119,13 +119,19 @@ static struct {
 	struct ring_ent ring[RING_SIZE];
 } mon = {.fd = -1, .stop_fd = -1};
 
+/* Any thread (rcache misses of several threads at once, the monitor):
+ * the first callers may all store the same value, so relaxed suffices,
+ * but a plain static would be a data race. */
 static long page_size_cached(void)
 {
-	static long ps;
+	static atomic_long ps;
+	long v = atomic_load_explicit(&ps, memory_order_relaxed);
 
-	if (!ps)
-		ps = sysconf(_SC_PAGESIZE);
-	return ps;
+	if (!v) {
+		v = sysconf(_SC_PAGESIZE);
+		atomic_store_explicit(&ps, v, memory_order_relaxed);
+	}
+	return v;
 }
 
 /* Publish one event.  A seqlock per entry: readers check seq before and

@@ -479,8 +479,12 @@ int main(int argc, char **argv)
 
 	/* The second client of server_late_hello waits for its ACCEPT
 	 * while the server is away past the HELLO deadline on purpose: give
-	 * its connect room under load (the sanitizer runs set as much). */
+	 * its connect room under load (the sanitizer runs set as much).  A
+	 * client sends its HELLO once it has made its QPs, which under a
+	 * sanitizer, with several clients starting at once, may take longer
+	 * than the default 500 ms: the server would drop it. */
 	setenv("TOLLFREE_SESSION_TIMEOUT_MS", "10000", 0);
+	setenv("TOLLFREE_SESSION_HELLO_TIMEOUT_MS", "2000", 0);
 	if (argc == 4 && !strcmp(argv[1], "client"))
 		return client_process(argv[2], argv[3]);
 	tf_test_begin("conf_listener_shards");

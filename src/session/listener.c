@@ -37,9 +37,8 @@
 #define EV_KICK ((uint64_t)2)
 #define EV_CQ	((uint64_t)1)
 
-/* A listening socket on @a, in *@fd_p (@flags: enum tf_listener_flags):
- * 0 or -errno. */
-static int listen_on(const struct tf_sess_addr *a, int backlog, uint32_t flags,
+/* A listening socket on @a, in *@fd_p: 0 or -errno. */
+static int listen_on(const struct tf_sess_addr *a, int backlog, bool reuseport,
 		     int *fd_p)
 {
 	int fd, one = 1, ret;
@@ -49,9 +48,7 @@ static int listen_on(const struct tf_sess_addr *a, int backlog, uint32_t flags,
 	if (fd < 0)
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	/* Shared with the other listeners that set it (threads or
-	 * processes of the same user): set before bind, or bind fails. */
-	if ((flags & TF_LISTENER_REUSEPORT) &&
+	if (reuseport &&
 	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one))) {
 		ret = -errno;
 		close(fd);
@@ -109,7 +106,8 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 	/* A name may have several addresses (localhost: ::1 and 127.0.0.1,
 	 * where the host may lack IPv6): listen on the first that works. */
 	for (int i = 0; i < addrs.n; i++) {
-		ret = listen_on(&addrs.a[i], backlog, flags, &l->lfd);
+		ret = listen_on(&addrs.a[i], backlog,
+				flags & TF_LISTENER_REUSEPORT, &l->lfd);
 		if (!ret)
 			break;
 		if (i + 1 < addrs.n) {

@@ -220,6 +220,7 @@ static void exclusive_ports(tf_node_t *node)
 	CHECK(!l2);
 	l2 = listen_port(node, port, TF_LISTENER_REUSEPORT, &ret);
 	CHECK_ERR(ret, -EADDRINUSE);
+	CHECK(!l2);
 	tf_listener_destroy(l);
 	/* ... and the first with the flag does not let one without in. */
 	l = listen_port(node, 0, TF_LISTENER_REUSEPORT, &ret);
@@ -227,6 +228,7 @@ static void exclusive_ports(tf_node_t *node)
 	port = tf_listener_port(l);
 	l2 = listen_port(node, port, 0, &ret);
 	CHECK_ERR(ret, -EADDRINUSE);
+	CHECK(!l2);
 	tf_listener_destroy(l);
 }
 
@@ -235,7 +237,7 @@ static int config_ms(const char *name)
 	char v[32];
 
 	CHECK_OK(tf_config_get(name, v, sizeof(v)));
-	return atoi(v);
+	return (int)strtol(v, NULL, 10);
 }
 
 /* Two connections arrive together; the second waits while the first's
@@ -384,11 +386,11 @@ static int client_process(const char *port, const char *wfd)
 	struct client cl = {.id = CLIENTS + 1};
 	tf_context_t *ctx;
 	char line[32];
-	int fd = atoi(wfd);
+	int fd = (int)strtol(wfd, NULL, 10);
 
 	tf_test_begin("conf_listener_shards[proc]");
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	cl.port = (uint16_t)atoi(port);
+	cl.port = (uint16_t)strtoul(port, NULL, 10);
 	CHECK_OK(tf_context_open(NULL, &ctx));
 	CHECK_OK(tf_node_create(ctx, NULL, &cl.node));
 	client_main(&cl);
@@ -460,7 +462,7 @@ static void clients(struct tf_pair *p, tf_node_t *node)
 	CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 	       "the client process failed (status 0x%x)", status);
 	CHECK(n > 0);
-	proc_done = (unsigned)atoi(line);
+	proc_done = (unsigned)strtoul(line, NULL, 10);
 	CHECK(done == CLIENTS * ROUNDS && proc_done == ROUNDS);
 	tf_test_info("%u sessions from %d threads (%u on kept connections) "
 		     "and %u from a process",

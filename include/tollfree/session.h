@@ -216,6 +216,9 @@ enum tf_listener_flags {
 	 * kept connections; a blocking tf_listener_accept() spins.
 	 */
 	TF_LISTENER_BUSY_POLL = 1u << 0,
+	/* several listeners (threads, processes) share the port:
+	 * SO_REUSEPORT */
+	TF_LISTENER_REUSEPORT = 1u << 1,
 };
 
 typedef struct tf_listener_params {

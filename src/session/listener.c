@@ -38,7 +38,8 @@
 #define EV_CQ	((uint64_t)1)
 
 /* A listening socket on @a, in *@fd_p: 0 or -errno. */
-static int listen_on(const struct tf_sess_addr *a, int backlog, int *fd_p)
+static int listen_on(const struct tf_sess_addr *a, int backlog, bool reuseport,
+		     int *fd_p)
 {
 	int fd, one = 1, ret;
 
@@ -47,6 +48,12 @@ static int listen_on(const struct tf_sess_addr *a, int backlog, int *fd_p)
 	if (fd < 0)
 		return -errno;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (reuseport &&
+	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one))) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
 	if (bind(fd, (const struct sockaddr *)&a->sa, a->len) ||
 	    listen(fd, backlog)) {
 		ret = -errno;
@@ -74,7 +81,8 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 	struct tf_listener *l;
 	int ret = -EINVAL;
 
-	if (!node || !l_p || backlog <= 0 || (flags & ~TF_LISTENER_BUSY_POLL))
+	if (!node || !l_p || backlog <= 0 ||
+	    (flags & ~(TF_LISTENER_BUSY_POLL | TF_LISTENER_REUSEPORT)))
 		return -EINVAL;
 	ret = tf__sess_resolve(addr, port, &addrs);
 	if (ret)
@@ -98,7 +106,8 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 	/* A name may have several addresses (localhost: ::1 and 127.0.0.1,
 	 * where the host may lack IPv6): listen on the first that works. */
 	for (int i = 0; i < addrs.n; i++) {
-		ret = listen_on(&addrs.a[i], backlog, &l->lfd);
+		ret = listen_on(&addrs.a[i], backlog,
+				flags & TF_LISTENER_REUSEPORT, &l->lfd);
 		if (!ret)
 			break;
 		if (i + 1 < addrs.n) {

@@ -63,6 +63,12 @@ struct lsrv {
 	struct lsrv_thr *thr;
 };
 
+/* A session (or a TCP accept) that failed on this side. */
+static void thr_failed(struct lsrv_thr *t)
+{
+	atomic_fetch_add_explicit(&t->errors, 1, memory_order_relaxed);
+}
+
 static int epoll_add(int epfd, int fd, uint64_t tag)
 {
 	/* The kick is edge-triggered and never read: each write wakes
@@ -97,7 +103,7 @@ static void thr_accept(struct lsrv_thr *t)
 			return;
 		if (ret) {
 			/* A handshake that failed: its client counts it. */
-			t->errors++;
+			thr_failed(t);
 			continue;
 		}
 		if (t->nsess == t->cap_sess) {
@@ -106,7 +112,7 @@ static void thr_accept(struct lsrv_thr *t)
 
 			if (!n) {
 				tf_session_close(s);
-				t->errors++;
+				thr_failed(t);
 				continue;
 			}
 			t->sess = n;
@@ -121,7 +127,7 @@ static void thr_accept(struct lsrv_thr *t)
 			ret = tf_session_establish(s);
 		if (ret) {
 			tf_session_close(s);
-			t->errors++;
+			thr_failed(t);
 			continue;
 		}
 		t->sess[t->nsess++] = s;
@@ -148,7 +154,7 @@ static void thr_serve(struct lsrv_thr *t)
 			continue;
 		}
 		if (n < 0 || st == TF_SESSION_BROKEN || tf_session_revoke(s))
-			t->errors++;
+			thr_failed(t);
 		tf_session_close(s);
 		t->sess[i] = t->sess[--t->nsess];
 	}
@@ -245,8 +251,9 @@ static void *thr_main(void *arg)
 	struct epoll_event evs[32];
 	uint64_t last_look = 0;
 
-	while (!sv->stop) {
-		const struct load_mode *md = &load_modes[sv->mode];
+	while (!atomic_load_explicit(&sv->stop, memory_order_acquire)) {
+		const struct load_mode *md = &load_modes[atomic_load_explicit(
+			&sv->mode, memory_order_acquire)];
 		bool spin_mode = md->kind == LK_TF || md->spin;
 		bool spin = !sv->o->server_sleep && spin_mode;
 		uint64_t now = 0;
@@ -262,7 +269,7 @@ static void *thr_main(void *arg)
 			       spin || t->nsess ? 0 : -1);
 		if (n < 0 && errno != EINTR) {
 			fail("server: epoll_wait: %m");
-			t->errors++;
+			thr_failed(t);
 			break;
 		}
 		/* Every turn, not only when the fd says so: a handshake
@@ -275,7 +282,7 @@ static void *thr_main(void *arg)
 
 			if (tag == TAG_TCP_LFD) {
 				if (thr_tcp_accept(t))
-					t->errors++;
+					thr_failed(t);
 			} else if (tag >= TAG_TCP_CONN && c < t->ntcp &&
 				   t->tcp[c].fd >= 0) {
 				thr_tcp_echo(t, &t->tcp[c], md->spin && spin);
@@ -304,7 +311,8 @@ static uint64_t errors(const struct lsrv *sv)
 	uint64_t e = 0;
 
 	for (unsigned i = 0; i < sv->o->sthreads; i++)
-		e += sv->thr[i].errors;
+		e += atomic_load_explicit(&sv->thr[i].errors,
+					  memory_order_relaxed);
 	return e;
 }
 
@@ -438,7 +446,8 @@ int load_server(const struct load_opts *o, int ctl)
 		if (ret || c.cmd == LCTL_QUIT)
 			break;
 		if (c.cmd == LCTL_MODE && c.arg < LOAD_NMODES) {
-			sv.mode = c.arg;
+			atomic_store_explicit(&sv.mode, c.arg,
+					      memory_order_release);
 			kick(&sv);
 		}
 		rep.cpu_ns = cpu_ns();
@@ -449,7 +458,7 @@ int load_server(const struct load_opts *o, int ctl)
 	}
 	ret = 0;
 out:
-	sv.stop = true;
+	atomic_store_explicit(&sv.stop, true, memory_order_release);
 	if (sv.kick >= 0)
 		kick(&sv);
 	for (i = 0; i < started; i++)

@@ -268,7 +268,7 @@ int plot_crr_svg(const char *path, const struct report *r,
 		 double *const *samples, const size_t *n)
 {
 	FILE *f = fopen(path, "w");
-	char buf[256], per[48] = "";
+	char buf[384], per[48] = "";
 
 	if (!f) {
 		fail("cannot write %s: %m", path);

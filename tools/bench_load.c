@@ -420,7 +420,7 @@ static int run_mode(struct run *rn, unsigned md, unsigned done_s,
 	while ((t = now_ns()) < cmd.t_end) {
 		uint64_t left = cmd.t_end - t;
 		struct timespec ts = {0, left < 100000000ull ? (long)left
-							     : 100000000l};
+							     : 100000000L};
 
 		if (bar)
 			progress_bar(done_s * 10 + (unsigned)((t - cmd.t0) /

@@ -33,6 +33,9 @@ else
 	# has a failed session or an empty count.
 	grep -q '"bench":"load"' "$json"
 	grep -q '"modes":\[{' "$json"
-	! grep -q '"failed":[1-9]' "$json"
-	! grep -q '"sessions_per_s":0\.0' "$json"
+	if grep -q '"failed":[1-9]' "$json" ||
+		grep -q '"sessions_per_s":0\.0,' "$json"; then
+		echo "load json: a failed session or a mode without any" >&2
+		exit 1
+	fi
 fi

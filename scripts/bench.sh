@@ -22,6 +22,14 @@ if "$bench" crr --help >/dev/null 2>&1; then
 	"$bench" crr "$@"
 	echo
 fi
+# The same sessions under load: 3 client processes x 4 threads against one
+# server thread, then two (listeners sharing the port), next to TCP.
+if "$bench" load --help >/dev/null 2>&1; then
+	for s in 1 2; do
+		"$bench" load --clients 3 --threads 4 --server-threads "$s"
+		echo
+	done
+fi
 "$bench" reg
 echo
 BUILD_DIR=$build bench/peers/run.sh

@@ -5,7 +5,8 @@
  * every table goes through and the environment header (bench_report.c),
  * and the socket helpers (bench_sock.c).  Each subcommand lives in its own
  * files: lat in bench_lat.c, reg in bench_reg.c, crr in bench_crr*.c,
- * churn in bench_churn.c; tollfree-bench.c only dispatches.
+ * churn in bench_churn.c, load in bench_load*.c; tollfree-bench.c only
+ * dispatches.
  */
 #ifndef TF_BENCH_H
 #define TF_BENCH_H
@@ -60,6 +61,10 @@ struct bench_row {
 	 * the median of each phase, in nanoseconds. */
 	double rate;
 	double phases[PH_COUNT];
+	/* Load only (report.load): sessions that failed, and the server's
+	 * CPU time per completed session (ns). */
+	uint64_t failed;
+	double server_cpu;
 };
 
 /* Sized: one perftest table per op and one row per size (lat, reg,
@@ -81,7 +86,10 @@ struct report {
 	/* Modes layout: what every row shares. */
 	uint64_t size;
 	unsigned transfers;
-	unsigned sessions;
+	unsigned sessions; /* per mode; 0: as many as a duration allows */
+	bool load;	   /* modes layout with load's failed and CPU columns */
+	/* JSON keys of the run after "sessions" (",\"k\":v,..."), or NULL. */
+	const char *json_extra;
 	struct bench_row *rows;
 	size_t nrows, cap;
 };
@@ -96,6 +104,10 @@ int report_add(struct report *r, const struct bench_row *row);
 /* The one place that prints results, in every format and layout. */
 void report_emit(const struct report *r, enum out_fmt fmt, FILE *f);
 int report_write_json(const struct report *r, const char *path);
+/* Row @a over row @b (by op): their rates (@rate) or their medians; 0
+ * when either is missing or zero. */
+double report_ratio(const struct report *r, const char *a, const char *b,
+		    bool rate);
 /* Fill the report's environment from an open context and print it. */
 void report_header(struct report *r, tf_context_t *ctx, const char *transport,
 		   const char *extra, enum out_fmt fmt);
@@ -108,6 +120,8 @@ int wait_one(tf_cq_t *cq, const char *what);
 void pick_cpus(int *a, int *b);
 void pin_to(int cpu);
 int parse_size(const char *arg, uint64_t max, uint64_t *out);
+/* A bar on stderr: @done of @total, and what runs now (crr, load). */
+void progress_bar(unsigned done, unsigned total, const char *what);
 
 /* The options every subcommand takes: where it runs, how it reports. */
 struct bench_common {
@@ -177,6 +191,12 @@ int sock_split_hostport(const char *arg, char *host, size_t hlen,
 /* A listening TCP socket on @host:@port (0: ephemeral), SO_REUSEADDR;
  * *@bound receives the port.  The fd, or -1 reported. */
 int sock_listen(const char *host, uint16_t port, uint16_t *bound);
+/* sock_listen, and with @reuseport SO_REUSEPORT (several sockets, one per
+ * thread, share the port) and a backlog of 1024. */
+int sock_listen_opt(const char *host, uint16_t port, bool reuseport,
+		    uint16_t *bound);
+/* O_NONBLOCK on @fd: 0 or -errno (reported). */
+int sock_set_nonblock(int fd);
 /* TCP_NODELAY, and blocking calls that give up after @timeout_ms
  * instead of hanging on a dead peer (sock_full then reports it). */
 void sock_nodelay(int fd, int timeout_ms);
@@ -194,6 +214,7 @@ int cmd_lat(int argc, char **argv);
 int cmd_reg(int argc, char **argv);
 int cmd_crr(int argc, char **argv);
 int cmd_churn(int argc, char **argv);
+int cmd_load(int argc, char **argv);
 
 /* crr's plot (bench_plot.c): latency CDFs on a log axis and the phase
  * breakdown as stacked bars.  @samples[i] holds row i's sorted samples

@@ -44,6 +44,19 @@ uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A bar on stderr (crr, load): @done of @total, and what runs now. */
+void progress_bar(unsigned done, unsigned total, const char *what)
+{
+	int w = 40, fill = total ? (int)((uint64_t)done * w / total) : w;
+
+	fprintf(stderr, "\r[%.*s%*s] %3u%% %-14s", fill,
+		"########################################", w - fill, "",
+		total ? done * 100 / total : 100, what);
+	if (done == total)
+		fputc('\n', stderr);
+	fflush(stderr);
+}
+
 /* ------------------------------------------------------------ statistics */
 
 static int cmp_double(const void *a, const void *b)

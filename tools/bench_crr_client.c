@@ -307,36 +307,6 @@ static int run_batch(struct cli *c, unsigned mode, unsigned count, bool record)
 	return ret;
 }
 
-static void progress_bar(unsigned done, unsigned total, const char *what)
-{
-	int w = 40, fill = total ? (int)((uint64_t)done * w / total) : w;
-
-	fprintf(stderr, "\r[%.*s%*s] %3u%% %-14s", fill,
-		"########################################", w - fill, "",
-		total ? done * 100 / total : 100, what);
-	if (done == total)
-		fputc('\n', stderr);
-	fflush(stderr);
-}
-
-static double ratio(const struct report *r, const char *a, const char *b,
-		    bool rate)
-{
-	const struct bench_row *x = NULL, *y = NULL;
-
-	for (size_t i = 0; i < r->nrows; i++) {
-		if (!strcmp(r->rows[i].op, a))
-			x = &r->rows[i];
-		if (!strcmp(r->rows[i].op, b))
-			y = &r->rows[i];
-	}
-	if (!x || !y)
-		return 0;
-	if (rate)
-		return y->rate > 0 ? x->rate / y->rate : 0;
-	return y->st.median > 0 ? x->st.median / y->st.median : 0;
-}
-
 static void print_ratios(const struct report *r, FILE *f)
 {
 	static const struct {
@@ -371,7 +341,7 @@ static void print_ratios(const struct report *r, FILE *f)
 	bool any = false;
 
 	for (size_t i = 0; i < ARRAY_SIZE(q); i++) {
-		double v = ratio(r, q[i].a, q[i].b, q[i].rate);
+		double v = report_ratio(r, q[i].a, q[i].b, q[i].rate);
 
 		if (v <= 0)
 			continue;
@@ -382,11 +352,11 @@ static void print_ratios(const struct report *r, FILE *f)
 	}
 	if (!strcmp(r->transport, "tcp")) {
 		const char *ref = "tcp-rr-spin";
-		double v = ratio(r, "pool+mw/reuse", ref, true);
+		double v = report_ratio(r, "pool+mw/reuse", ref, true);
 
 		if (v <= 0) {
 			ref = "tcp-rr";
-			v = ratio(r, "pool+mw/reuse", ref, true);
+			v = report_ratio(r, "pool+mw/reuse", ref, true);
 		}
 		if (v > 0)
 			fprintf(f,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_plot.c - crr's --plot: one plain SVG file, written here with
- * fprintf, no dependencies.  Left: the latency CDF of every mode on a
+ * bench_plot.c - crr's and load's --plot: one plain SVG file, written
+ * here with fprintf, no dependencies.  Left: the latency CDF of every mode on a
  * logarithmic time axis (fraction of sessions that finished within t).
  * Right: the median of each phase per mode, as stacked horizontal bars on
  * a linear axis, with the sum written at the end of each bar.
@@ -268,7 +268,7 @@ int plot_crr_svg(const char *path, const struct report *r,
 		 double *const *samples, const size_t *n)
 {
 	FILE *f = fopen(path, "w");
-	char buf[256];
+	char buf[384], per[48] = "";
 
 	if (!f) {
 		fail("cannot write %s: %m", path);
@@ -283,11 +283,15 @@ int plot_crr_svg(const char *path, const struct report *r,
 		W, H, W, H);
 	cdf_panel(f, r, samples, n);
 	bar_panel(f, r);
+	/* load runs for a duration: no session count per mode. */
+	if (r->sessions)
+		snprintf(per, sizeof(per), "%u sessions per mode, ",
+			 r->sessions);
 	snprintf(buf, sizeof(buf),
-		 "tollfree-bench crr: provider %s, transport %s, K %u "
-		 "transfers of %llu B, %u sessions per mode, cpu %s",
-		 r->provider, r->transport, r->transfers,
-		 (unsigned long long)r->size, r->sessions, r->cpu);
+		 "tollfree-bench %s: provider %s, transport %s, K %u "
+		 "transfers of %llu B, %scpu %s",
+		 r->bench, r->provider, r->transport, r->transfers,
+		 (unsigned long long)r->size, per, r->cpu);
 	text(f, W / 2.0, H - 12, "middle", 12, buf);
 	fprintf(f, "</svg>\n");
 	if (fclose(f)) {

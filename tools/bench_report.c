@@ -43,6 +43,24 @@ int report_add(struct report *r, const struct bench_row *row)
 	return 0;
 }
 
+double report_ratio(const struct report *r, const char *a, const char *b,
+		    bool rate)
+{
+	const struct bench_row *x = NULL, *y = NULL;
+
+	for (size_t i = 0; i < r->nrows; i++) {
+		if (!strcmp(r->rows[i].op, a))
+			x = &r->rows[i];
+		if (!strcmp(r->rows[i].op, b))
+			y = &r->rows[i];
+	}
+	if (!x || !y)
+		return 0;
+	if (rate)
+		return y->rate > 0 ? x->rate / y->rate : 0;
+	return y->st.median > 0 ? x->st.median / y->st.median : 0;
+}
+
 static void json_str(FILE *f, const char *s)
 {
 	fputc('"', f);
@@ -155,12 +173,13 @@ static void emit_sized(const struct report *r, enum out_fmt fmt, FILE *f)
 }
 
 /* Columns of the modes table: header and rows share them. */
-#define MODE_COLS_FMT                                                    \
-	"%-*s %9s %11s %11s %11s %11s %11s %11s %11s | %8s %8s %8s %8s " \
-	"%8s\n"
-#define MODE_ROW_FMT                                                   \
-	"%-*s %9u %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %11.0f | " \
-	"%8.2f %8.2f %8.2f %8.2f %8.2f\n"
+#define MODE_COLS_FMT "%-*s %9s %11s %11s %11s %11s %11s %11s %11s"
+#define MODE_ROW_FMT  "%-*s %9u %11.2f %11.2f %11.2f %11.2f %11.2f %11.2f %11.0f"
+/* Load's: failed sessions, the server's CPU time per session. */
+#define LOAD_COLS_FMT  " %8s %12s"
+#define LOAD_ROW_FMT   " %8" PRIu64 " %12.2f"
+#define PHASE_COLS_FMT " | %8s %8s %8s %8s %8s\n"
+#define PHASE_ROW_FMT  " | %8.2f %8.2f %8.2f %8.2f %8.2f\n"
 
 /*
  * Modes layout (crr).  Text: one table, one row per mode: perftest's
@@ -186,7 +205,10 @@ static void emit_modes(const struct report *r, enum out_fmt fmt, FILE *f)
 		fprintf(f, "%s", PERF_RULE);
 		fprintf(f, MODE_COLS_FMT, w_mode, "mode", "#sessions",
 			"t_min[us]", "t_typical", "t_avg", "t_stdev", "99%",
-			"99.9%", "sessions/s", bench_phase_names[0],
+			"99.9%", "sessions/s");
+		if (r->load)
+			fprintf(f, LOAD_COLS_FMT, "failed", "srv_cpu[us]");
+		fprintf(f, PHASE_COLS_FMT, bench_phase_names[0],
 			bench_phase_names[1], bench_phase_names[2],
 			bench_phase_names[3], bench_phase_names[4]);
 		break;
@@ -194,6 +216,8 @@ static void emit_modes(const struct report *r, enum out_fmt fmt, FILE *f)
 		fprintf(f, "mode,sessions,t_min_usec,t_typical_usec,"
 			   "t_avg_usec,t_stdev_usec,p99_usec,p99.9_usec,"
 			   "sessions_per_s");
+		if (r->load)
+			fprintf(f, ",failed,server_cpu_usec_per_session");
 		for (p = 0; p < PH_COUNT; p++)
 			fprintf(f, ",%s_usec", bench_phase_names[p]);
 		fputc('\n', f);
@@ -207,8 +231,9 @@ static void emit_modes(const struct report *r, enum out_fmt fmt, FILE *f)
 		json_str(f, r->transport);
 		fprintf(f,
 			",\"size\":%" PRIu64 ",\"transfers\":%u,"
-			"\"sessions\":%u,\"modes\":[",
-			r->size, r->transfers, r->sessions);
+			"\"sessions\":%u%s,\"modes\":[",
+			r->size, r->transfers, r->sessions,
+			r->json_extra ? r->json_extra : "");
 		break;
 	}
 	for (i = 0; i < r->nrows; i++) {
@@ -221,14 +246,21 @@ static void emit_modes(const struct report *r, enum out_fmt fmt, FILE *f)
 			fprintf(f, MODE_ROW_FMT, w_mode, w->op, w->iters,
 				s->min / 1e3, s->median / 1e3, s->avg / 1e3,
 				s->stdev / 1e3, s->p99 / 1e3, s->p999 / 1e3,
-				w->rate, ph[0] / 1e3, ph[1] / 1e3, ph[2] / 1e3,
-				ph[3] / 1e3, ph[4] / 1e3);
+				w->rate);
+			if (r->load)
+				fprintf(f, LOAD_ROW_FMT, w->failed,
+					w->server_cpu / 1e3);
+			fprintf(f, PHASE_ROW_FMT, ph[0] / 1e3, ph[1] / 1e3,
+				ph[2] / 1e3, ph[3] / 1e3, ph[4] / 1e3);
 			break;
 		case OUT_CSV:
 			fprintf(f, "%s,%u,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f",
 				w->op, w->iters, s->min / 1e3, s->median / 1e3,
 				s->avg / 1e3, s->stdev / 1e3, s->p99 / 1e3,
 				s->p999 / 1e3, w->rate);
+			if (r->load)
+				fprintf(f, ",%" PRIu64 ",%.3f", w->failed,
+					w->server_cpu / 1e3);
 			for (p = 0; p < PH_COUNT; p++)
 				fprintf(f, ",%.3f", ph[p] / 1e3);
 			fputc('\n', f);
@@ -240,10 +272,17 @@ static void emit_modes(const struct report *r, enum out_fmt fmt, FILE *f)
 				",\"t_min_us\":%.3f,\"t_typical_us\":%.3f,"
 				"\"t_avg_us\":%.3f,\"t_stdev_us\":%.3f,"
 				"\"p99_us\":%.3f,\"p999_us\":%.3f,"
-				"\"sessions_per_s\":%.1f,\"phases_us\":{",
+				"\"sessions_per_s\":%.1f",
 				s->min / 1e3, s->median / 1e3, s->avg / 1e3,
 				s->stdev / 1e3, s->p99 / 1e3, s->p999 / 1e3,
 				w->rate);
+			if (r->load)
+				fprintf(f,
+					",\"p50_us\":%.3f,\"failed\":%" PRIu64
+					",\"server_cpu_us_per_session\":%.3f",
+					s->median / 1e3, w->failed,
+					w->server_cpu / 1e3);
+			fprintf(f, ",\"phases_us\":{");
 			for (p = 0; p < PH_COUNT; p++)
 				fprintf(f, "%s\"%s\":%.3f", p ? "," : "",
 					bench_phase_names[p], ph[p] / 1e3);

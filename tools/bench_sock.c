@@ -6,6 +6,7 @@
  * Errors come back as -errno; the callers say what failed.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -87,6 +88,12 @@ bad:
 
 int sock_listen(const char *host, uint16_t port, uint16_t *bound)
 {
+	return sock_listen_opt(host, port, false, bound);
+}
+
+int sock_listen_opt(const char *host, uint16_t port, bool reuseport,
+		    uint16_t *bound)
+{
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
 	struct sockaddr_storage ss;
@@ -109,7 +116,10 @@ int sock_listen(const char *host, uint16_t port, uint16_t *bound)
 	 * binding. */
 	if (fd < 0 ||
 	    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-	    bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 128) ||
+	    (reuseport &&
+	     setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one))) ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) ||
+	    listen(fd, reuseport ? 1024 : 128) ||
 	    getsockname(fd, (struct sockaddr *)&ss, &sl)) {
 		fail("listening on %s:%u: %m", host, port);
 		if (fd >= 0)
@@ -122,6 +132,17 @@ int sock_listen(const char *host, uint16_t port, uint16_t *bound)
 			       ? ((struct sockaddr_in6 *)&ss)->sin6_port
 			       : ((struct sockaddr_in *)&ss)->sin_port);
 	return fd;
+}
+
+int sock_set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK)) {
+		fail("fcntl: %m");
+		return -errno;
+	}
+	return 0;
 }
 
 void sock_nodelay(int fd, int timeout_ms)

@@ -7,6 +7,8 @@
  *   reg    bench_reg.c    registration-side costs
  *   crr    bench_crr*.c   short sessions (RDMA_CRR) next to TCP
  *   churn  bench_churn.c  a victim's latency under registration churn
+ *   load   bench_load*.c  many sessions at once: N x T clients, S server
+ *                         threads, next to TCP
  *
  * What they share is in bench_common.c, bench_report.c (every table, in
  * every format, goes through report_emit) and bench_sock.c.  Timings are
@@ -20,7 +22,8 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: %s lat|reg|crr|churn [options]   (%s SUBCOMMAND -h "
+		"usage: %s lat|reg|crr|churn|load [options]   (%s SUBCOMMAND "
+		"-h "
 		"for its options)\n"
 		"  lat    perftest-style WRITE/READ/SEND latency between two "
 		"processes\n"
@@ -29,7 +32,9 @@ static void usage(FILE *f)
 		"  crr    short sessions: connect, prepare, move, revoke, "
 		"close (RDMA_CRR)\n"
 		"  churn  a victim's latency while a neighbour churns "
-		"registrations (NIC model)\n",
+		"registrations (NIC model)\n"
+		"  load   crr's sessions under load: client processes x "
+		"threads, server threads\n",
 		prog, prog);
 }
 
@@ -51,6 +56,8 @@ int main(int argc, char **argv)
 		return cmd_crr(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "churn"))
 		return cmd_churn(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "load"))
+		return cmd_load(argc - 1, argv + 1);
 	fail("unknown subcommand '%s'", argv[1]);
 	usage(stderr);
 	return 2;

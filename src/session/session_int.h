@@ -117,6 +117,11 @@ struct tf_conn {
 	bool ctl_armed;	       /* idle: its control CQ's fd is armed */
 	/* Server: counted as kept by its peer's entry (peers.c). */
 	struct tf_peer *kept_pe;
+	/* tf_session_fd: an epoll set of the data CQ's fd, the socket and,
+	 * once a session uses it, the control CQ's fd; made at first use,
+	 * kept with the connection (-1: not made yet). */
+	int wait_fd;
+	bool wait_ctl; /* the control CQ's fd is in it */
 };
 
 /* What peers hold on a node as a server, and its bounds (peers.c). */
@@ -300,6 +305,9 @@ void tf__sess_ctrl_step(struct tf_session *s);
 int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n);
 /* Wait until the session's binds and invalidations completed. */
 int tf__sess_wait_internal(struct tf_session *s);
+/* The session's fd (tf_session_fd): the connection's wait set, made at
+ * first use.  The fd or -errno. */
+int tf__sess_wait_fd(const struct tf_session *s);
 /* Buffer @buf of @s, or NULL for a bad index. */
 struct tf_sess_buf *tf__sess_get_buf(struct tf_session *s, int buf);
 

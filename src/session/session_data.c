@@ -85,6 +85,15 @@ int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n)
 		default:
 			goto bad;
 		}
+		/* A failed work request leaves an RC QP in error: say so
+		 * now, not when the provider's state catches up (the soft
+		 * provider completes the request, then moves the QP, and a
+		 * waiter woken by the completion can run in between).  After
+		 * the peer's CLOSE the error is the end of the connection,
+		 * not of the session (tf_session_state). */
+		if (TF__UNLIKELY(wc->status != TF_WC_SUCCESS) &&
+		    !s->peer_closed)
+			tf__sess_set_broken(s, -TF_EQPERR);
 		if (cnt < n)
 			out[cnt++] = *wc;
 		else

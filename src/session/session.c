@@ -681,7 +681,15 @@ static void drain(struct tf_session *s)
 
 	tf__sess_backoff_init(&bo, s->node, s->node->timeout_ms);
 	while (s->send_done != s->send_posted) {
-		if (tf__sess_reap(s, NULL, 0) < 0 || tf__backoff(&bo)) {
+		int r = tf__sess_reap(s, NULL, 0);
+
+		if (r >= 0 && s->send_done == s->send_posted)
+			break;
+		if (r >= 0)
+			r = tf__backoff_spin(&bo);
+		if (r > 0)
+			r = tf__sess_cq_sleep(s, &bo);
+		if (r < 0) {
 			tf__sess_set_broken(s, -ETIMEDOUT);
 			return;
 		}

@@ -46,6 +46,7 @@ int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n)
 	r = tf_cq_poll(s->c->cq, 32, tmp);
 	if (r < 0)
 		return r;
+	s->n_reaped += (unsigned)r;
 	for (int i = 0; i < r; i++) {
 		struct tf_wc *wc = &tmp[i];
 		uint64_t slot = WR_SLOT(wc->wr_id);
@@ -127,12 +128,20 @@ int tf__sess_wait_internal(struct tf_session *s)
 
 		if (r < 0)
 			return r;
-		if (tf__backoff(&bo)) {
+		if (!pending_internal(s))
+			break;
+		r = tf__backoff_spin(&bo);
+		if (r == -ETIMEDOUT) {
 			tf_log_warn(S,
 				    "bind/invalidation did not complete "
 				    "within %d ms",
 				    s->node->timeout_ms);
 			return -ETIMEDOUT;
+		}
+		if (r > 0) {
+			r = tf__sess_cq_sleep(s, &bo);
+			if (r < 0)
+				return r;
 		}
 	}
 	return 0;
@@ -265,6 +274,34 @@ int tf_session_arm(tf_session_t *s)
 }
 
 /*
+ * Sleep on the session's CQ alone until a completion or the deadline of
+ * @bo, after arming it and looking once more (what that look reaps goes
+ * to the stash or updates its exposure; then no sleep).  0 or -errno.
+ * For the session's own binds and invalidations, its drain at close, and
+ * any wait after the peer's close.
+ */
+int tf__sess_cq_sleep(struct tf_session *s, const struct tf_backoff *bo)
+{
+	struct pollfd pfd = {.fd = tf_cq_fd(s->c->cq), .events = POLLIN};
+	unsigned reaped = s->n_reaped;
+	int ret;
+
+	if (pfd.fd < 0)
+		return pfd.fd;
+	ret = tf_cq_arm(s->c->cq);
+	if (ret)
+		return ret;
+	ret = tf__sess_reap(s, NULL, 0);
+	if (ret < 0)
+		return ret;
+	if (s->n_reaped != reaped)
+		return 0; /* the caller looks at what came */
+	if (poll(&pfd, 1, tf__backoff_ms_left(bo)) < 0 && errno != EINTR)
+		return -errno;
+	return 0;
+}
+
+/*
  * Arm, then sleep until something arrives or the wait's deadline: 0
  * (woken or timed out), 1 without sleeping when the arm found something,
  * or -errno.  After the peer's close or the end of the connection only
@@ -278,23 +315,10 @@ static int sess_sleep(struct tf_session *s, bool count_stash,
 	int ret;
 
 	if (s->peer_closed || s->broken) {
-		struct pollfd pfd = {.fd = tf_cq_fd(s->c->cq),
-				     .events = POLLIN};
+		int n_stash = s->n_stash;
 
-		if (pfd.fd < 0)
-			return pfd.fd;
-		ret = tf_cq_arm(s->c->cq);
-		if (ret)
-			return ret;
-		ret = tf__sess_reap(s, NULL, 0);
-		if (ret < 0)
-			return ret;
-		if (count_stash && s->n_stash)
-			return 1;
-		if (poll(&pfd, 1, tf__backoff_ms_left(bo)) < 0 &&
-		    errno != EINTR)
-			return -errno;
-		return 0;
+		ret = tf__sess_cq_sleep(s, bo);
+		return ret < 0 ? ret : count_stash && s->n_stash != n_stash;
 	}
 	ret = sess_arm(s, count_stash);
 	if (ret)

@@ -157,29 +157,41 @@ int tf__ctl_connect(struct tf_conn *c, const void *blob, size_t len)
 }
 
 /*
- * Reap the control CQs: send completions free their slots (a failed send
- * means the QP is in error; the send CQ is polled only while sends are
- * outstanding), receives go to the backlog in arrival order.  The backlog
- * cannot overflow: at most TF_CTL_RECV receives are posted.
+ * Reap the send CQ: completions free their slots; a failed send means
+ * the QP is in error.  Only when a slot is needed or before the QP goes:
+ * the receive path never pays for it (a failed send also fails the
+ * receives that follow).
+ */
+static int reap_send(struct tf_ctl *k)
+{
+	struct tf_wc wc[TF_CTL_SEND];
+	int r;
+
+	if (k->sent == k->send_done)
+		return 0;
+	r = tf_cq_poll(k->scq, TF_CTL_SEND, wc);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < r; i++) {
+		if (wc[i].status != TF_WC_SUCCESS) {
+			tf_log_debug(S, "control send failed: %s",
+				     tf_wc_status_str(wc[i].status));
+			return -TF_EQPERR;
+		}
+		k->send_done++;
+	}
+	return 0;
+}
+
+/*
+ * Reap the receive CQ: receives go to the backlog in arrival order.  The
+ * backlog cannot overflow: at most TF_CTL_RECV receives are posted.
  */
 static int reap(struct tf_ctl *k)
 {
 	struct tf_wc wc[16];
 	int r;
 
-	if (k->sent != k->send_done) {
-		r = tf_cq_poll(k->scq, 16, wc);
-		if (r < 0)
-			return r;
-		for (int i = 0; i < r; i++) {
-			if (wc[i].status != TF_WC_SUCCESS) {
-				tf_log_debug(S, "control send failed: %s",
-					     tf_wc_status_str(wc[i].status));
-				return -TF_EQPERR;
-			}
-			k->send_done++;
-		}
-	}
 	r = tf_cq_poll(k->cq, 16, wc);
 	if (r < 0)
 		return r;
@@ -285,6 +297,8 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 		/* This also takes in what the peer sent meanwhile, so that
 		 * a peer waiting for us to read does not wait on us. */
 		ret = reap(k);
+		if (!ret && k->sent - k->send_done >= TF_CTL_SEND)
+			ret = reap_send(k);
 		if (ret)
 			return ret;
 		if (k->sent - k->send_done < TF_CTL_SEND)
@@ -383,7 +397,7 @@ void tf__ctl_flush(struct tf_conn *c, int timeout_ms)
 
 	tf__sess_backoff_init(&bo, c->node, timeout_ms);
 	while (k->qp && k->send_done != k->sent) {
-		if (reap(k) || tf__backoff(&bo))
+		if (reap_send(k) || tf__backoff(&bo))
 			return;
 	}
 }

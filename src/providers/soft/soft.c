@@ -406,7 +406,7 @@ static void *waker_main(void *arg)
 		 * a no-op): then nobody would read the message, and nothing
 		 * would wake us again.  Look again instead of sleeping while
 		 * a doorbell is unseen. */
-		again = ctx->shm_up && soft_shm_need_progress(ctx);
+		again = ctx->shm_up && soft_shm_doorbell_unseen(ctx);
 	}
 	return NULL;
 }

@@ -192,7 +192,7 @@ int soft_cq_arm(struct tf_cq *base)
 	 * (another thread, the waker itself, holds the progress lock and
 	 * read the doorbell before it rang), and the waker would then
 	 * sleep with the message unread.  Let it make one more pass. */
-	if (!ret && ctx->shm_up && soft_shm_need_progress(ctx)) {
+	if (!ret && ctx->shm_up && soft_shm_doorbell_unseen(ctx)) {
 		uint64_t one = 1;
 
 		if (write(ctx->waker_efd, &one, sizeof(one)) < 0 &&

@@ -61,6 +61,7 @@ struct srv {
 #define TAG_CHANNEL	    101
 #define TAG_TCP_SPIN_LISTEN 102
 #define TAG_TCP_CONN	    200 /* + index */
+#define TAG_SESS	    300 /* + index: a session's fd (sleep) */
 
 static int srv_epoll_add(struct srv *sv, int fd, uint64_t tag)
 {
@@ -149,6 +150,19 @@ static int srv_accept(struct srv *sv, int reg)
 			return -ENOSPC;
 		}
 		sv->act[i].s = s;
+		/* A sleeping server waits for the session's messages and
+		 * completions on its fd, with everything else. */
+		if (sv->sleep) {
+			int fd = tf_session_fd(s);
+
+			if (fd < 0) {
+				fail("server: session fd: %s", tf_strerror(fd));
+				return fd;
+			}
+			ret = srv_epoll_add(sv, fd, TAG_SESS + (uint64_t)i);
+			if (ret)
+				return ret;
+		}
 		ret = srv_start(sv, reg, &sv->act[i]);
 		if (ret)
 			return ret;
@@ -193,6 +207,10 @@ static int srv_serve(struct srv *sv, struct srv_sess *a)
 	st = tf_session_state(a->s);
 	if (st != TF_SESSION_PEER_CLOSED && st != TF_SESSION_BROKEN)
 		return 0;
+	/* Out of the epoll set before close: the fd is the connection's,
+	 * which a kept connection keeps open. */
+	if (sv->sleep)
+		epoll_ctl(sv->epfd, EPOLL_CTL_DEL, tf_session_fd(a->s), NULL);
 	t0 = now_ns();
 	ret = tf_session_revoke(a->s);
 	ns = now_ns() - t0;
@@ -314,13 +332,15 @@ static void srv_teardown(struct srv *sv)
 
 /*
  * The server: @chlfd listens for the bench channel (one client per run).
- * It runs on cpu @cpu and spins while a session is open, like perftest's
- * servers.  Between sessions, as the client's hello says: spin for
- * SRV_SPIN_NS after the last activity, then nap 1 ms at a time in
- * epoll_wait (a loaded host needs the CPU more than an idle server does);
- * or sleep, in a blocking epoll_wait on every listener, the sockets and
- * the channel, so that each session that follows a pause pays the
- * server's wake-up.
+ * It runs on cpu @cpu.  As the client's hello says, it spins (like
+ * perftest's servers) while a session is open and for SRV_SPIN_NS after
+ * the last activity, then naps 1 ms at a time in epoll_wait (a loaded
+ * host needs the CPU more than an idle server does); or it sleeps, never
+ * spinning: a blocking epoll_wait on every listener's fd (new sessions,
+ * OPENs on kept connections), the open sessions' fds (armed with
+ * tf_session_arm: their completions and control messages, the client's
+ * CLOSE), the TCP echo sockets and the channel, so that every session
+ * and every TCP request pays the server's wake-up alike.
  */
 int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 {
@@ -417,21 +437,22 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 		goto out;
 
 	for (uint64_t last_busy = 0, last_look = 0;;) {
-		bool busy = false, active = false;
+		bool busy = false, active = false, armed = true;
 		uint64_t now;
 		int n;
 
-		/* Spin while a session is open: the tcp transport needs
-		 * this side's progress for the client's one-sided
-		 * operations, and the client's CLOSE on a kept connection
-		 * comes on its control QP, which only polling finds (no fd
-		 * reports it).  A spinning server also spins for
+		/* A spinning server spins while a session is open, and for
 		 * SRV_SPIN_NS after, so that the client's next session or
 		 * request, which follows at once, does not pay a wake-up
 		 * (tens of microseconds across cores, more than a whole
 		 * session); when idle longer, it sleeps in short naps.  A
-		 * sleeping server blocks as soon as no session is open.
-		 * The listeners are served on every turn, not only when
+		 * sleeping server blocks whenever nothing is there, open
+		 * session or not: its armed session fds report the
+		 * client's completions and control messages (the CLOSE
+		 * too, on a kept connection's control QP), and while a CQ
+		 * is armed the provider makes the progress that the
+		 * client's one-sided operations need (the soft provider's
+		 * waker).  The listeners are served on every turn, not only when
 		 * their fd is readable: a handshake whose bytes were
 		 * already read must not wait for another event (nor miss
 		 * its deadline). */
@@ -449,13 +470,26 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 		 * listeners and sockets (a system call) are looked at every
 		 * SRV_LOOK_NS only.  The single client runs one session at a
 		 * time, and no TCP mode has a session open. */
-		if (active && now - last_look < SRV_LOOK_NS)
+		if (active && !sv.sleep && now - last_look < SRV_LOOK_NS)
 			goto serve;
 		last_look = now;
+		/* A sleeping server arms its open sessions' fds before it
+		 * sleeps; a session whose arm found something is served at
+		 * once. */
+		for (int i = 0; sv.sleep && i < SRV_MAX_ACTIVE; i++) {
+			if (!sv.act[i].s)
+				continue;
+			ret = tf_session_arm(sv.act[i].s);
+			if (ret < 0) {
+				fail("server: arm: %s", tf_strerror(ret));
+				goto out;
+			}
+			armed = armed && !ret;
+		}
 		n = epoll_wait(sv.epfd, evs, ARRAY_SIZE(evs),
-			       busy	  ? 0
-			       : sv.sleep ? -1
-					  : 1);
+			       sv.sleep ? (armed ? -1 : 0)
+			       : busy	? 0
+					: 1);
 		if (n > 0)
 			last_busy = now_ns();
 		if (n < 0 && errno != EINTR) {
@@ -471,8 +505,10 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 		for (int i = 0; i < n; i++) {
 			uint64_t tag = evs[i].data.u64;
 
-			if (tag < R_COUNT) {
-				continue; /* served above */
+			if (tag < R_COUNT ||
+			    (tag >= TAG_SESS &&
+			     tag < TAG_SESS + SRV_MAX_ACTIVE)) {
+				continue; /* served above and below */
 			} else if (tag == TAG_TCP_LISTEN) {
 				ret = srv_tcp_accept(&sv, sv.lfd, false);
 			} else if (tag == TAG_TCP_SPIN_LISTEN) {

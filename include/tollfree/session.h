@@ -28,12 +28,12 @@
  * cache of 0, each side also makes a second RC QP (no remote access, its
  * own receive buffers) and the handshake connects it.  The later sessions
  * on the kept connection send their control messages (OPEN, ACCEPT,
- * EXPOSE, CLOSE) as SEND/RECV on that QP and wait for them by polling
- * (yielding between polls, never sleeping), so a session on a kept
+ * EXPOSE, CLOSE) as SEND/RECV on that QP, so a session on a kept
  * connection costs a few QP messages instead of TCP round trips between
  * processes.  Every message is checked as on the socket.  The socket stays
  * open: its end is how the peer's death shows (checked every 100 us
- * while a session polls).
+ * while a session polls, and whenever tf_session_fd() woke its caller).
+ * Waits spin for TOLLFREE_POLL_SPIN_US, then sleep on tf_session_fd().
  *
  * Keys: an exposure binds a fresh type-2 memory window over exactly the
  * exposed bytes, on this session's QP only; a peer cannot reach it through
@@ -416,7 +416,8 @@ typedef struct tf_exposure_info {
 int tf_session_peer_count(tf_session_t *s);
 int tf_session_peer_exposures(tf_session_t *s);
 /* tf_session_wait_peer - wait up to @timeout_ms until the peer made at
- * least @n exposures.  0, -ETIMEDOUT, -ECONNRESET (peer gone). */
+ * least @n exposures (spinning, then sleeping on tf_session_fd() as
+ * tf_session_wait does).  0, -ETIMEDOUT, -ECONNRESET (peer gone). */
 int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms);
 /* Describe peer exposure @exp (or our own with _local_): 0 or -EINVAL. */
 int tf_session_peer_exposure(tf_session_t *s, int exp,
@@ -475,7 +476,9 @@ int tf_session_poll(tf_session_t *s, int n, struct tf_wc *wc);
  * early when the peer closes or the session breaks meanwhile.  0 means
  * that nothing was reaped, either way: tf_session_state() tells a timeout
  * (still TF_SESSION_OPEN) from the end of the session
- * (TF_SESSION_PEER_CLOSED, TF_SESSION_BROKEN).
+ * (TF_SESSION_PEER_CLOSED, TF_SESSION_BROKEN).  It spins for
+ * TOLLFREE_POLL_SPIN_US, then arms and sleeps on tf_session_fd() until
+ * something arrives or the timeout: no timer wakes it.
  */
 int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms);
 
@@ -487,13 +490,28 @@ enum tf_session_state {
 };
 /* tf_session_state - the state after processing control messages. */
 int tf_session_state(tf_session_t *s);
-/* tf_session_fd - the bootstrap socket, for event loops: readable when
- * the peer went away or, for a session whose control messages use the
- * socket (the first on its connection, see tf_session_reused), when a
- * control message (EXPOSE, CLOSE) arrives; then call tf_session_poll.
- * Completions, and control messages on a control QP, are found by
- * polling. */
+/*
+ * tf_session_fd - an fd (epoll, owned by the session's connection) that
+ * becomes readable when the session has something to act on: a
+ * completion on its CQ, a control message (EXPOSE, CLOSE) on the control
+ * QP or the socket, or the end of the connection (the peer's death).
+ * The end of the connection makes it readable at any time; completions
+ * and control-QP messages only after tf_session_arm().  Protocol, as
+ * ibv_get_cq_event: when it is readable, call tf_session_poll() until it
+ * returns 0, then tf_session_arm(); sleep again only if that returns 0.
+ * The fd or -errno (-EOPNOTSUPP: the provider has no CQ fd).
+ */
 int tf_session_fd(const tf_session_t *s);
+/*
+ * tf_session_arm - arm the session's fd for the next completion or
+ * control message, and look once more (what arrived before the arm does
+ * not make the fd readable).  Returns 1 if that look found something
+ * (completions are kept for the next tf_session_poll(), control messages
+ * processed: check tf_session_state()); then poll, do not sleep.  0: sleep
+ * on tf_session_fd().  Or -errno.  A system call or more: call it only
+ * before sleeping, never in a polling loop.  Serialize per session.
+ */
+int tf_session_arm(tf_session_t *s);
 /* The connect private data the client sent (server side), or NULL. */
 const void *tf_session_peer_priv(const tf_session_t *s, size_t *len_p);
 /* 1 if the session runs on a kept (reused) connection. */

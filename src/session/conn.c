@@ -60,6 +60,7 @@ struct tf_conn *tf__conn_alloc(struct tf_node *node, int fd)
 	}
 	c->node = node;
 	c->fd = fd;
+	c->wait_fd = -1;
 	return c;
 }
 
@@ -112,6 +113,9 @@ void tf__conn_destroy(struct tf_conn *c)
 	tf__keys_free(c->keys);
 	tf__transcript_free(c->ts);
 	tf__sess_free_mem(c->spare);
+	/* The session fd's set first: it names the fds closed below. */
+	if (c->wait_fd >= 0)
+		close(c->wait_fd);
 	/* A kept connection may still carry the CLOSE of its last session
 	 * (close is one-way): let it leave before the QP goes, or the peer
 	 * would see the connection break instead of the session end. */

@@ -23,12 +23,13 @@
  * arrival order (the backlog) and handed out before the CQ is polled
  * again, so that two sides sending at once never wait on each other.
  *
- * Waiting polls (tf__backoff: spins, then yields between polls; a
- * wake-up across cores costs more than the messages themselves), and
- * looks at the TCP socket every
- * TF_CTL_SOCKET_CHECK_NS: the socket still reports the peer's death (EOF) where the
- * QP may not.  Only the listener arms the CQ's fd, for idle connections
- * (tf_listener_fd).
+ * Sends and receives complete on CQs of their own.  The receive CQ's fd
+ * is what a sleeper arms: the listener for an idle connection's next OPEN
+ * (tf_listener_fd), a session for its peer's EXPOSE and CLOSE
+ * (tf_session_fd); this side's own sends never wake them.  The waits here
+ * (for a send slot, for the ACCEPT) poll with tf__backoff and look at the
+ * TCP socket every TF_CTL_SOCKET_CHECK_NS: the socket still reports the
+ * peer's death (EOF) where the QP may not.
  */
 #include <errno.h>
 #include <sched.h>
@@ -59,7 +60,9 @@ int tf__ctl_create(struct tf_node *node, struct tf_conn *c)
 {
 	struct tf_ctl *k = &c->ctl;
 	tf_cq_params_t cqp = {.field_mask = TF_CQ_PARAM_DEPTH,
-			      .depth = TF_CTL_RECV + TF_CTL_SEND + 4};
+			      .depth = TF_CTL_RECV + 4};
+	tf_cq_params_t scqp = {.field_mask = TF_CQ_PARAM_DEPTH,
+			       .depth = TF_CTL_SEND + 4};
 	tf_qp_params_t qpp = {.field_mask = TF_QP_PARAM_MAX_SEND_WR |
 					    TF_QP_PARAM_MAX_RECV_WR |
 					    TF_QP_PARAM_ACCESS,
@@ -89,10 +92,16 @@ int tf__ctl_create(struct tf_node *node, struct tf_conn *c)
 	if (ret)
 		goto err;
 	k->lkey = tf_mr_lkey(k->mr);
+	/* Receives and sends complete on CQs of their own: the receive CQ
+	 * is the one armed for a sleeper (a session's fd, the listener's),
+	 * which this side's own sends must not wake. */
 	ret = tf_cq_create(node->ctx, &cqp, &k->cq);
+	if (!ret)
+		ret = tf_cq_create(node->ctx, &scqp, &k->scq);
 	if (ret)
 		goto err;
-	qpp.send_cq = qpp.recv_cq = k->cq;
+	qpp.recv_cq = k->cq;
+	qpp.send_cq = k->scq;
 	ret = tf_qp_create(node->pd, &qpp, &k->qp);
 	if (ret)
 		goto err;
@@ -116,6 +125,7 @@ void tf__ctl_destroy(struct tf_conn *c)
 	 * then (destroying it drops its outstanding work). */
 	tf_qp_destroy(k->qp);
 	tf_cq_destroy(k->cq);
+	tf_cq_destroy(k->scq);
 	if (k->mr)
 		tf_mr_dereg(k->mr);
 	if (k->buf)
@@ -147,26 +157,48 @@ int tf__ctl_connect(struct tf_conn *c, const void *blob, size_t len)
 }
 
 /*
- * Reap the control CQ: send completions free their slots (a failed send
- * means the QP is in error), receives go to the backlog in arrival order.
- * The backlog cannot overflow: at most TF_CTL_RECV receives are posted.
+ * Reap the send CQ: completions free their slots; a failed send means
+ * the QP is in error.  Only when a slot is needed or before the QP goes:
+ * the receive path never pays for it (a failed send also fails the
+ * receives that follow).
+ */
+static int reap_send(struct tf_ctl *k)
+{
+	struct tf_wc wc[TF_CTL_SEND];
+	int r;
+
+	if (k->sent == k->send_done)
+		return 0;
+	r = tf_cq_poll(k->scq, TF_CTL_SEND, wc);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < r; i++) {
+		if (wc[i].status != TF_WC_SUCCESS) {
+			tf_log_debug(S, "control send failed: %s",
+				     tf_wc_status_str(wc[i].status));
+			return -TF_EQPERR;
+		}
+		k->send_done++;
+	}
+	return 0;
+}
+
+/*
+ * Reap the receive CQ: receives go to the backlog in arrival order.  The
+ * backlog cannot overflow: at most TF_CTL_RECV receives are posted.
  */
 static int reap(struct tf_ctl *k)
 {
 	struct tf_wc wc[16];
-	int r = tf_cq_poll(k->cq, 16, wc);
+	int r;
 
+	r = tf_cq_poll(k->cq, 16, wc);
 	if (r < 0)
 		return r;
 	for (int i = 0; i < r; i++) {
 		if (wc[i].wr_id >= TF_CTL_RECV) {
-			if (wc[i].status != TF_WC_SUCCESS) {
-				tf_log_debug(S, "control send failed: %s",
-					     tf_wc_status_str(wc[i].status));
-				return -TF_EQPERR;
-			}
-			k->send_done++;
-			continue;
+			/* Cannot happen: sends complete on scq. */
+			return -TF_EWIRE;
 		}
 		if (k->n_backlog == TF_CTL_RECV)
 			return -TF_EWIRE; /* cannot happen, see above */
@@ -265,6 +297,8 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 		/* This also takes in what the peer sent meanwhile, so that
 		 * a peer waiting for us to read does not wait on us. */
 		ret = reap(k);
+		if (!ret && k->sent - k->send_done >= TF_CTL_SEND)
+			ret = reap_send(k);
 		if (ret)
 			return ret;
 		if (k->sent - k->send_done < TF_CTL_SEND)
@@ -363,7 +397,7 @@ void tf__ctl_flush(struct tf_conn *c, int timeout_ms)
 
 	tf__sess_backoff_init(&bo, c->node, timeout_ms);
 	while (k->qp && k->send_done != k->sent) {
-		if (reap(k) || tf__backoff(&bo))
+		if (reap_send(k) || tf__backoff(&bo))
 			return;
 	}
 }

@@ -807,13 +807,20 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 	if (!l || !s_p || l->dead)
 		return -EINVAL;
 	for (;;) {
-		uint64_t now = tf__now_ns();
+		uint64_t now = tf__now_ns(), next = UINT64_MAX;
 		struct tf_conn *c, *nx;
-		int n, wait_ms = 10;
+		/* While sessions it accepted are open, a blocking accept
+		 * also makes progress for their peers' one-sided operations
+		 * (below) every 10 ms, for a server that waits on nothing
+		 * else; an idle listener sleeps until an event or the next
+		 * handshake deadline, never on a timer. */
+		int n, wait_ms = l->refs ? 10 : -1;
 
 		/* Handshakes that missed their deadline are dropped. */
 		for (c = l->conns.next; c != &l->conns; c = nx) {
 			nx = c->next;
+			if (c->deadline_ns && c->deadline_ns < next)
+				next = c->deadline_ns;
 			if (c->deadline_ns && now > c->deadline_ns) {
 				/* ... unless their next message is complete
 				 * in the socket: then the delay was this
@@ -873,11 +880,16 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 			if (c->ctl.n_backlog)
 				wait_ms = 0;
 		}
-		if (timeout_ms >= 0 && now >= deadline)
-			wait_ms = 0;
-		else if (wait_ms && timeout_ms >= 0 &&
-			 (deadline - now) / 1000000 < (uint64_t)wait_ms)
-			wait_ms = (int)((deadline - now) / 1000000);
+		if (timeout_ms >= 0 && deadline < next)
+			next = deadline;
+		if (wait_ms && next != UINT64_MAX) {
+			uint64_t ms = next <= now
+					      ? 0
+					      : (next - now + 999999) / 1000000;
+
+			if (wait_ms < 0 || ms < (uint64_t)wait_ms)
+				wait_ms = ms > INT32_MAX ? INT32_MAX : (int)ms;
+		}
 		/* Sessions already accepted may need this side to serve
 		 * their peers' one-sided operations while we wait. */
 		tf_context_progress(l->node->ctx);

@@ -536,25 +536,6 @@ int tf_session_peer_exposures(tf_session_t *s)
 	return s->n_peer;
 }
 
-int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms)
-{
-	struct tf_backoff bo;
-
-	if (!s)
-		return -EINVAL;
-	tf__sess_backoff_init(&bo, s->node, timeout_ms);
-	for (;;) {
-		tf__sess_ctrl_step(s);
-		if (s->n_peer >= n)
-			return 0;
-		if (s->broken || s->peer_closed)
-			return -ECONNRESET;
-		tf_context_progress(s->node->ctx);
-		if (tf__backoff(&bo))
-			return -ETIMEDOUT;
-	}
-}
-
 int tf_session_peer_exposure(tf_session_t *s, int exp, tf_exposure_info_t *info)
 {
 	if (!s || !info || exp < 0 || exp >= s->n_peer)
@@ -599,7 +580,7 @@ int tf_session_state(tf_session_t *s)
 
 int tf_session_fd(const tf_session_t *s)
 {
-	return s ? s->c->fd : -EINVAL;
+	return s ? tf__sess_wait_fd(s) : -EINVAL;
 }
 
 const void *tf_session_peer_priv(const tf_session_t *s, size_t *len_p)
@@ -700,7 +681,15 @@ static void drain(struct tf_session *s)
 
 	tf__sess_backoff_init(&bo, s->node, s->node->timeout_ms);
 	while (s->send_done != s->send_posted) {
-		if (tf__sess_reap(s, NULL, 0) < 0 || tf__backoff(&bo)) {
+		int r = tf__sess_reap(s, NULL, 0);
+
+		if (r >= 0 && s->send_done == s->send_posted)
+			break;
+		if (r >= 0)
+			r = tf__backoff_spin(&bo);
+		if (r > 0)
+			r = tf__sess_cq_sleep(s, &bo);
+		if (r < 0) {
 			tf__sess_set_broken(s, -ETIMEDOUT);
 			return;
 		}

@@ -8,9 +8,12 @@
  * exposure not heard of yet.
  */
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include "session_int.h"
 
@@ -43,6 +46,7 @@ int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n)
 	r = tf_cq_poll(s->c->cq, 32, tmp);
 	if (r < 0)
 		return r;
+	s->n_reaped += (unsigned)r;
 	for (int i = 0; i < r; i++) {
 		struct tf_wc *wc = &tmp[i];
 		uint64_t slot = WR_SLOT(wc->wr_id);
@@ -82,6 +86,15 @@ int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n)
 		default:
 			goto bad;
 		}
+		/* A failed work request leaves an RC QP in error: say so
+		 * now, not when the provider's state catches up (the soft
+		 * provider completes the request, then moves the QP, and a
+		 * waiter woken by the completion can run in between).  After
+		 * the peer's CLOSE the error is the end of the connection,
+		 * not of the session (tf_session_state). */
+		if (TF__UNLIKELY(wc->status != TF_WC_SUCCESS) &&
+		    !s->peer_closed)
+			tf__sess_set_broken(s, -TF_EQPERR);
 		if (cnt < n)
 			out[cnt++] = *wc;
 		else
@@ -115,12 +128,20 @@ int tf__sess_wait_internal(struct tf_session *s)
 
 		if (r < 0)
 			return r;
-		if (tf__backoff(&bo)) {
+		if (!pending_internal(s))
+			break;
+		r = tf__backoff_spin(&bo);
+		if (r == -ETIMEDOUT) {
 			tf_log_warn(S,
 				    "bind/invalidation did not complete "
 				    "within %d ms",
 				    s->node->timeout_ms);
 			return -ETIMEDOUT;
+		}
+		if (r > 0) {
+			r = tf__sess_cq_sleep(s, &bo);
+			if (r < 0)
+				return r;
 		}
 	}
 	return 0;
@@ -147,6 +168,169 @@ int tf_session_poll(tf_session_t *s, int n, struct tf_wc *wc)
 	return got;
 }
 
+/* ------------------------------------------------------------ waiting */
+
+/*
+ * A session waits by spinning for TOLLFREE_POLL_SPIN_US (a reply in
+ * flight for less than that never puts the waiter to sleep: a wake-up
+ * across cores costs tens of microseconds), then by sleeping on the
+ * session's fd (tf_session_fd(3)) until something it must act on
+ * arrives: a completion on its CQ, a control message on the control QP,
+ * bytes or the end on the socket.  Nothing on that path is a timer.
+ */
+
+static int wait_add(int epfd, int fd)
+{
+	struct epoll_event ev = {.events = EPOLLIN};
+
+	if (fd < 0)
+		return fd;
+	if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) && errno != EEXIST) {
+		int ret = -errno;
+
+		tf_log_warn(S, "session fd: epoll_ctl: %m");
+		return ret;
+	}
+	return 0;
+}
+
+/* The connection's wait set (made at its first use, kept with the
+ * connection): the data CQ's fd and the socket, and the control CQ's fd
+ * once a session sends its control messages there. */
+int tf__sess_wait_fd(const struct tf_session *s)
+{
+	struct tf_conn *c = s->c;
+	int fd, ret;
+
+	if (c->wait_fd < 0) {
+		fd = epoll_create1(EPOLL_CLOEXEC);
+		if (fd < 0) {
+			ret = -errno;
+			tf_log_warn(S, "session fd: epoll_create1: %m");
+			return ret;
+		}
+		ret = wait_add(fd, tf_cq_fd(c->cq));
+		if (!ret)
+			ret = wait_add(fd, c->fd);
+		if (ret) {
+			close(fd);
+			return ret;
+		}
+		c->wait_fd = fd;
+	}
+	if (s->qctl && !c->wait_ctl) {
+		ret = wait_add(c->wait_fd, tf_cq_fd(c->ctl.cq));
+		if (ret)
+			return ret;
+		c->wait_ctl = true;
+	}
+	return c->wait_fd;
+}
+
+/*
+ * Arm the session's fd and look once more, as after ibv_req_notify_cq:
+ * completions go to the stash, control messages are processed.  Whether
+ * the look found something (1) or the caller may sleep (0): with
+ * @count_stash a completion counts, else only a control message (an
+ * exposure, the peer's close, the end of the connection).  After the
+ * peer's CLOSE the control QP is not armed: what comes there next is the
+ * next session's.
+ */
+static int sess_arm(struct tf_session *s, bool count_stash)
+{
+	struct tf_conn *c = s->c;
+	int n_peer = s->n_peer, ret;
+	bool closed = s->peer_closed, broken = s->broken;
+
+	ret = tf__sess_wait_fd(s);
+	if (ret < 0)
+		return ret;
+	ret = tf_cq_arm(c->cq);
+	if (!ret && s->qctl && !s->peer_closed && !s->broken)
+		ret = tf__ctl_arm(c);
+	if (ret < 0) {
+		if (ret == -TF_EQPERR || ret == -TF_EWIRE) {
+			tf__sess_set_broken(s, ret);
+			return 1;
+		}
+		return ret;
+	}
+	ret = tf__sess_reap(s, NULL, 0);
+	if (ret < 0)
+		return ret;
+	/* The socket is looked at now, not at its next turn: it may be
+	 * what woke the caller (the peer's end, a late CLOSE). */
+	c->tcp_check_ns = 0;
+	tf__sess_ctrl_step(s);
+	return (count_stash && s->n_stash) || s->n_peer != n_peer ||
+	       s->peer_closed != closed || s->broken != broken;
+}
+
+int tf_session_arm(tf_session_t *s)
+{
+	if (!s)
+		return -EINVAL;
+	return sess_arm(s, true);
+}
+
+/*
+ * Sleep on the session's CQ alone until a completion or the deadline of
+ * @bo, after arming it and looking once more (what that look reaps goes
+ * to the stash or updates its exposure; then no sleep).  0 or -errno.
+ * For the session's own binds and invalidations, its drain at close, and
+ * any wait after the peer's close.
+ */
+int tf__sess_cq_sleep(struct tf_session *s, const struct tf_backoff *bo)
+{
+	struct pollfd pfd = {.fd = tf_cq_fd(s->c->cq), .events = POLLIN};
+	unsigned reaped = s->n_reaped;
+	int ret;
+
+	if (pfd.fd < 0)
+		return pfd.fd;
+	ret = tf_cq_arm(s->c->cq);
+	if (ret)
+		return ret;
+	ret = tf__sess_reap(s, NULL, 0);
+	if (ret < 0)
+		return ret;
+	if (s->n_reaped != reaped)
+		return 0; /* the caller looks at what came */
+	if (poll(&pfd, 1, tf__backoff_ms_left(bo)) < 0 && errno != EINTR)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Arm, then sleep until something arrives or the wait's deadline: 0
+ * (woken or timed out), 1 without sleeping when the arm found something,
+ * or -errno.  After the peer's close or the end of the connection only
+ * the data CQ is slept on: the socket may stay readable (its end), and
+ * the control QP carries the next session's messages.
+ */
+static int sess_sleep(struct tf_session *s, bool count_stash,
+		      const struct tf_backoff *bo)
+{
+	struct epoll_event ev;
+	int ret;
+
+	if (s->peer_closed || s->broken) {
+		int n_stash = s->n_stash;
+
+		ret = tf__sess_cq_sleep(s, bo);
+		return ret < 0 ? ret : count_stash && s->n_stash != n_stash;
+	}
+	ret = sess_arm(s, count_stash);
+	if (ret)
+		return ret;
+	if (epoll_wait(s->c->wait_fd, &ev, 1, tf__backoff_ms_left(bo)) < 0 &&
+	    errno != EINTR)
+		return -errno;
+	/* Woken (or not): the socket is worth a look at the next poll. */
+	s->c->tcp_check_ns = 0;
+	return 0;
+}
+
 int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
 {
 	struct tf_backoff bo;
@@ -166,10 +350,44 @@ int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
 		 * the peer's close without waiting out its timeout. */
 		if (s->peer_closed != closed || s->broken != broken)
 			return 0;
-		/* A polling loop: the soft provider makes progress in
-		 * poll. */
-		if (tf__backoff(&bo))
+		r = tf__backoff_spin(&bo);
+		if (r == -ETIMEDOUT)
 			return 0;
+		if (r > 0) {
+			r = sess_sleep(s, true, &bo);
+			if (r < 0)
+				return r;
+		}
+	}
+}
+
+int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms)
+{
+	struct tf_backoff bo;
+
+	if (!s)
+		return -EINVAL;
+	tf__sess_backoff_init(&bo, s->node, timeout_ms);
+	for (;;) {
+		int r;
+
+		tf__sess_ctrl_step(s);
+		if (s->n_peer >= n)
+			return 0;
+		if (s->broken || s->peer_closed)
+			return -ECONNRESET;
+		r = tf__backoff_spin(&bo);
+		if (r == -ETIMEDOUT)
+			return r;
+		if (r > 0) {
+			/* Completions that wake it are kept for the next
+			 * poll; only control messages end this wait. */
+			r = sess_sleep(s, false, &bo);
+			if (r < 0)
+				return r;
+		} else {
+			tf_context_progress(s->node->ctx);
+		}
 	}
 }
 

@@ -50,7 +50,8 @@
 
 struct tf_ctl {
 	tf_qp_t *qp;  /* NULL: this connection has no control QP */
-	tf_cq_t *cq;  /* its sends and receives */
+	tf_cq_t *cq;  /* its receives (armed for sleepers) */
+	tf_cq_t *scq; /* its sends */
 	tf_mr_t *mr;  /* registers buf, local access only */
 	uint8_t *buf; /* the slots */
 	uint32_t lkey;
@@ -117,6 +118,11 @@ struct tf_conn {
 	bool ctl_armed;	       /* idle: its control CQ's fd is armed */
 	/* Server: counted as kept by its peer's entry (peers.c). */
 	struct tf_peer *kept_pe;
+	/* tf_session_fd: an epoll set of the data CQ's fd, the socket and,
+	 * once a session uses it, the control CQ's fd; made at first use,
+	 * kept with the connection (-1: not made yet). */
+	int wait_fd;
+	bool wait_ctl; /* the control CQ's fd is in it */
 };
 
 /* What peers hold on a node as a server, and its bounds (peers.c). */
@@ -257,6 +263,7 @@ struct tf_session {
 	size_t priv_len;
 	uint64_t send_posted, send_done, recv_posted, recv_done;
 	int n_stash, stash_head;
+	unsigned n_reaped; /* completions polled, for tf__sess_cq_sleep */
 
 	/*
 	 * From here on, nothing is cleared when the memory of a session is
@@ -300,6 +307,13 @@ void tf__sess_ctrl_step(struct tf_session *s);
 int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n);
 /* Wait until the session's binds and invalidations completed. */
 int tf__sess_wait_internal(struct tf_session *s);
+/* Arm the session's CQ, look once more, and sleep on its fd until a
+ * completion or the deadline of @bo (no sleep if the look found one).
+ * 0 or -errno. */
+int tf__sess_cq_sleep(struct tf_session *s, const struct tf_backoff *bo);
+/* The session's fd (tf_session_fd): the connection's wait set, made at
+ * first use.  The fd or -errno. */
+int tf__sess_wait_fd(const struct tf_session *s);
 /* Buffer @buf of @s, or NULL for a bad index. */
 struct tf_sess_buf *tf__sess_get_buf(struct tf_session *s, int buf);
 

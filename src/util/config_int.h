@@ -42,7 +42,9 @@
 	   "/dev/shm/tollfree.<pid>.<n> (mode 0600, removed at close) for "    \
 	   "tollfree-info -s")                                                 \
 	XX(core, POLL_SPIN_US, poll_spin_us, UINT, "50",                       \
-	   "tf_cq_wait busy-polls this long before blocking on the CQ fd")     \
+	   "tf_cq_wait, tf_session_wait and tf_session_wait_peer busy-poll "   \
+	   "this long (microseconds) before sleeping on their fd: a reply "    \
+	   "in flight for less never puts the waiter to sleep")                \
 	XX(core, QP_TIMEOUT_MS, qp_timeout_ms, UINT, "4000",                   \
 	   "Default transport timeout of a QP before RETRY_EXC completions")   \
 	XX(core, QP_MAX_WR, qp_max_wr, UINT, "16384",                          \

@@ -202,4 +202,34 @@ static inline int tf__backoff(struct tf_backoff *b)
 	return 0;
 }
 
+/* One turn of a wait that sleeps after its spin, after a poll that found
+ * nothing: -ETIMEDOUT once the deadline passed, 0 after a pause while
+ * still spinning, 1 when the spin is over and the caller should arm its
+ * fds and sleep (tf__backoff_ms_left bounds the sleep). */
+static inline int tf__backoff_spin(struct tf_backoff *b)
+{
+	uint64_t now = tf__now_ns();
+
+	if (now >= b->deadline)
+		return -ETIMEDOUT;
+	if (now - b->start >= b->spin_ns)
+		return 1;
+	tf__cpu_relax();
+	return 0;
+}
+
+/* The rest of the wait in milliseconds, rounded up, for poll/epoll_wait:
+ * -1 without a deadline, 0 once it passed. */
+static inline int tf__backoff_ms_left(const struct tf_backoff *b)
+{
+	uint64_t now = tf__now_ns(), ms;
+
+	if (b->deadline == UINT64_MAX)
+		return -1;
+	if (now >= b->deadline)
+		return 0;
+	ms = (b->deadline - now + 999999) / 1000000;
+	return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
 #endif /* TOLLFREE_UTIL_H */

@@ -348,6 +348,7 @@ static void *waker_main(void *arg)
 {
 	struct soft_ctx *ctx = arg;
 	long backoff_ns = 0;
+	bool again = false;
 	uint64_t v;
 
 	while (!atomic_load(&ctx->waker_stop)) {
@@ -369,7 +370,8 @@ static void *waker_main(void *arg)
 			(void)!read(ctx->waker_efd, &v, sizeof(v));
 			continue;
 		}
-		if (epoll_wait(ctx->ev_epfd, ev, 8, -1) < 0 && errno != EINTR) {
+		if (!again && epoll_wait(ctx->ev_epfd, ev, 8, -1) < 0 &&
+		    errno != EINTR) {
 			/* Cannot happen with a valid set; do not spin. */
 			tf_log_error(SOFT_SUBSYS, "waker: epoll_wait: %m");
 			backoff_ns = 1000000;
@@ -399,6 +401,12 @@ static void *waker_main(void *arg)
 
 			nanosleep(&ts, NULL);
 		}
+		/* That other thread's pass may have read the doorbell
+		 * before the ring that woke us (its progress lock made ours
+		 * a no-op): then nobody would read the message, and nothing
+		 * would wake us again.  Look again instead of sleeping while
+		 * a doorbell is unseen. */
+		again = ctx->shm_up && soft_shm_doorbell_unseen(ctx);
 	}
 	return NULL;
 }

@@ -187,5 +187,17 @@ int soft_cq_arm(struct tf_cq *base)
 	/* No waker, no wake-up for remote completions: not armed. */
 	if (ret && atomic_exchange(&cq->armed, false))
 		disarm_ctx(ctx);
+	/* A doorbell rung before the arm (so without waking anyone) and
+	 * not yet seen: the caller's look once more may make no progress
+	 * (another thread, the waker itself, holds the progress lock and
+	 * read the doorbell before it rang), and the waker would then
+	 * sleep with the message unread.  Let it make one more pass. */
+	if (!ret && ctx->shm_up && soft_shm_doorbell_unseen(ctx)) {
+		uint64_t one = 1;
+
+		if (write(ctx->waker_efd, &one, sizeof(one)) < 0 &&
+		    errno != EAGAIN)
+			tf_log_warn(SOFT_SUBSYS, "waker eventfd write: %m");
+	}
 	return ret;
 }

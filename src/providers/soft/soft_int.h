@@ -680,6 +680,8 @@ uint64_t soft_atomic_exec(struct soft_ctx *ctx, uint64_t *addr,
 
 /* shm: is there anything for progress to do?  (No locks taken.) */
 bool soft_shm_need_progress(struct soft_ctx *ctx);
+/* A peer rang the doorbell after the last progress pass read it. */
+bool soft_shm_doorbell_unseen(struct soft_ctx *ctx);
 
 void soft_xlate_touch_model(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
 

@@ -52,6 +52,17 @@ static bool liveness_due(struct soft_ctx *ctx, struct shm_ctx *sc)
  * nothing in flight costs a few loads of lines that stay in this core's
  * cache, which is what keeps a polling loop from slowing its peer.
  */
+bool soft_shm_doorbell_unseen(struct soft_ctx *ctx)
+{
+	struct shm_ctx *sc = atomic_load_explicit(
+		(void *_Atomic *)&ctx->shm_priv, memory_order_acquire);
+
+	return sc &&
+	       atomic_load_explicit(&ctx->tpt_ctl->doorbell,
+				    memory_order_seq_cst) !=
+		       atomic_load_explicit(&sc->db_seen, memory_order_seq_cst);
+}
+
 bool soft_shm_need_progress(struct soft_ctx *ctx)
 {
 	struct shm_ctx *sc = atomic_load_explicit(

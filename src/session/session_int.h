@@ -144,6 +144,10 @@ struct tf_node {
 	unsigned qp_cache;
 	int timeout_ms;
 	bool use_mw;
+	/* The device completes a SEND or WRITE once sent, not once the peer
+	 * placed it (no TF_CAP_REMOTE_ACK: iWARP): a control message after
+	 * data waits for a fence (tf__sess_fence). */
+	bool fence;
 	/* Protects the idle list and the free windows. */
 	pthread_mutex_t lock;
 	struct tf_conn idle; /* list head; most recently used first */
@@ -224,6 +228,10 @@ struct tf_session {
 	/* Control messages go over the connection's control QP (a session
 	 * on a kept connection whose control QP is ready), else TCP. */
 	bool qctl;
+	/* A SEND or WRITE was posted since the last fence (node->fence). */
+	bool fence_due;
+	int fence_pending; /* the fence READ, not completed */
+	enum tf_wc_status fence_status;
 	int n_bufs, n_exps, n_exps_sent, n_peer;
 	size_t priv_len;
 	uint64_t send_posted, send_done, recv_posted, recv_done;
@@ -271,6 +279,11 @@ void tf__sess_ctrl_step(struct tf_session *s);
 int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n);
 /* Wait until the session's binds and invalidations completed. */
 int tf__sess_wait_internal(struct tf_session *s);
+/* On a device without TF_CAP_REMOTE_ACK, after a SEND or WRITE: an empty
+ * READ on the session's QP, awaited, so that what was sent is placed at
+ * the peer before a control message (another QP or TCP) can overtake it.
+ * 0 (also when no fence is due), or the error that broke the session. */
+int tf__sess_fence(struct tf_session *s);
 /* Buffer @buf of @s, or NULL for a bad index. */
 struct tf_sess_buf *tf__sess_get_buf(struct tf_session *s, int buf);
 

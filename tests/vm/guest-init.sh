@@ -32,6 +32,11 @@ up() { cut -d' ' -f1 /proc/uptime; }
 mark() { echo "@@MARK $(up) $*"; }
 finish() { mark "$1"; echo "@@DONE"; sync; poweroff -f; }
 mark INIT_START "kernel=$(uname -r)"
+# Every QP and CQ is a descriptor (uverbs), and conf_qp_many and
+# conf_session_concurrent want thousands; the kernel starts init with
+# 1024 (hard 4096).  Root may raise both up to fs.nr_open.
+# shellcheck disable=SC3045 # busybox sh has it
+ulimit -n 65536 || mark "NOFILE_LIMIT $(ulimit -n)"
 
 # shellcheck disable=SC1091 # written by run.sh
 . /tf/config # TEST_TIMEOUT, BENCH, PEERS*, WRAP, TOPOS, test settings

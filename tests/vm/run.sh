@@ -35,6 +35,9 @@
 # other), then the kv example and a short "tollfree-bench crr
 # --server/--connect", server in the first guest, client in the second.
 # Their console logs are console-two-srv.log and console-two-cli.log.
+# With siw.ko (below) the tests and the kv example then run again with
+# siw0 in place of rxe0 on both NICs: topology "two-siw" in the tables
+# (TOLLFREE_VM_TWO_SIW=0 leaves that pass out).
 # When "two" is the only topology, the single guest is not booted.
 #
 # Debian's kernels have no siw.ko: tests/vm/siw-module.sh builds it from
@@ -60,8 +63,10 @@
 # TOLLFREE_VM_PEERS_ITERS (iterations a run, 1000),
 # TOLLFREE_VM_PEERS_SESSIONS (crr and ucx_session sessions a run, 30;
 # also the two-guest crr's), TOLLFREE_VM_TWO_TESTS (the tests of the "two"
-# topology; default: conf_session_basic, _imm, _wait and _revoke),
-# TOLLFREE_VM_TWO_SMP (vCPUs of each of its guests, 1).
+# topology; default: conf_session_basic, _imm, _wait, _revoke and
+# _order: the last is where iWARP's WRITE-then-CLOSE race shows),
+# TOLLFREE_VM_TWO_SMP (vCPUs of each of its guests, 1),
+# TOLLFREE_VM_TWO_SIW (1: the "two-siw" pass when siw.ko builds; 0: none).
 # The perftest table is also written to TOLLFREE_VM_WORK/peers.txt and
 # the session table to TOLLFREE_VM_WORK/sessions.txt (bench/peers/run.sh
 # reads both).
@@ -171,7 +176,7 @@ done
 TWO_TESTS=""
 if [ $TWO = 1 ]; then
 	for t in ${TOLLFREE_VM_TWO_TESTS:-conf_session_basic conf_session_imm \
-		conf_session_wait conf_session_revoke}; do
+		conf_session_wait conf_session_revoke conf_session_order}; do
 		if [ -x "$BUILD/tests/$t" ]; then
 			TWO_TESTS="$TWO_TESTS $t"
 		else
@@ -185,13 +190,22 @@ fi
 # kernel, cached next to it).  Without it the siw topology is skipped.
 SIW=0
 SIW_WHY=""
-case " $ONE_TOPOS " in
-*" siw "*)
+TWO_SIW=0
+if [ $TWO = 1 ]; then
+	case ${TOLLFREE_VM_TWO_SIW:-1} in
+	0) ;;
+	1) TWO_SIW=1 ;;
+	*) die "TOLLFREE_VM_TWO_SIW: 0 or 1, not '$TOLLFREE_VM_TWO_SIW'" ;;
+	esac
+fi
+case " $ONE_TOPOS $([ $TWO_SIW = 1 ] && echo two-siw) " in
+*" siw "* | *" two-siw "*)
 	if SIW_WHY=$("$HERE/siw-module.sh" "$KPKG" "$KROOT" 2>&1 | tail -1); then
 		SIW=1
 		[ -n "$SIW_WHY" ] && log "$SIW_WHY"
 	else
 		log "no siw topology: $SIW_WHY"
+		TWO_SIW=0
 	fi
 	;;
 esac
@@ -363,7 +377,7 @@ done
 	printf 'TEST_TIMEOUT=%q\nBENCH=%q\n' "$TEST_TIMEOUT" "$BENCH"
 	printf 'PEERS=%q\nPEERS_REPS=%q\nPEERS_ITERS=%q\n' "$PEERS" \
 		"${TOLLFREE_VM_PEERS_REPS:-3}" "${TOLLFREE_VM_PEERS_ITERS:-1000}"
-	printf 'SESS_N=%q\n' "$SESS_N"
+	printf 'SESS_N=%q\nTWO_SIW=%q\n' "$SESS_N" "$TWO_SIW"
 	TOPOS=""
 	for t in $ONE_TOPOS; do
 		[ "$t" = siw ] && [ $SIW = 0 ] && continue

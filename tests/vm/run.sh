@@ -468,6 +468,32 @@ rm -f "$W/summary.txt" "$W/summary.txt.observe" "$W/devices.txt"
 : >"$W/summary.txt" # stays empty when no test ran (TOLLFREE_VM_TESTS=none)
 # shellcheck disable=SC2086 # LOGS: the console logs, one word each
 awk -v out="$W/summary.txt" -v devs="$W/devices.txt" '
+# What made a test (or part of one) skip, without its figures: the
+# capability of "provider X lacks WHAT (caps 0x..)", else the reason with
+# numbers as N, so that one cause counts once per device.
+function cause(r) {
+	if (match(r, /lacks .*\(caps 0x[0-9a-f]+\)/)) {
+		r = substr(r, RSTART + 6)
+		sub(/ *\(caps 0x[0-9a-f]+\).*$/, "", r)
+		return "missing capability: " r
+	}
+	o = ""
+	while (match(r, /0x[0-9a-f]+|[0-9]+/)) {
+		# Figures are N; digits in a name (MW_TYPE2) stay.
+		p = substr(r, 1, RSTART - 1)
+		if (RSTART > 1 && substr(r, RSTART - 1, 1) ~ /[A-Za-z_-]/)
+			o = o p substr(r, RSTART, RLENGTH)
+		else
+			o = o p "N"
+		r = substr(r, RSTART + RLENGTH)
+	}
+	return o r
+}
+function count_cause(kind, r) {
+	k = topo SUBSEP kind SUBSEP cause(r)
+	if (!(k in ncause)) corder[++nc] = k
+	ncause[k]++
+}
 function flush_test() {
 	if (name == "") return
 	if (rc == 0) res = "PASS"
@@ -478,8 +504,11 @@ function flush_test() {
 	if (res == "PASS") npass[topo]++
 	else if (res == "SKIP") nskip[topo]++
 	else nfail[topo]++
-	line = sprintf("%-5s %-24s %-14s %6.1fs", topo, name, res, secs)
-	if (res == "SKIP") line = line "  " reason
+	line = sprintf("%-7s %-24s %-14s %6.1fs", topo, name, res, secs)
+	if (res == "SKIP") {
+		line = line "  " reason
+		count_cause("skip", reason)
+	}
 	print line
 	print line > out
 	if (res != "PASS" && res != "SKIP")
@@ -501,6 +530,9 @@ inout {
 	if (/: not tried: / && !((topo, name, $0) in nt_seen)) {
 		nt_seen[topo, name, $0] = 1
 		ntried[topo]++
+		r = $0
+		sub(/.*: not tried: /, "", r)
+		count_cause("not-tried", r)
 	}
 	next
 }
@@ -508,13 +540,25 @@ inout {
 /^@@VETH / { print "packets on veth0 during " $2; next }
 END {
 	if (!ntopo) exit
-	printf "%-6s %-14s %5s %5s %5s %10s\n", "topo", "devices", "pass",
+	printf "%-8s %-14s %5s %5s %5s %10s\n", "topo", "devices", "pass",
 	       "skip", "fail", "not-tried" > devs
 	for (i = 1; i <= ntopo; i++) {
 		t = order[i]
-		printf "%-6s %-14s %5d %5d %5d %10d\n", t, dev[t], npass[t],
+		printf "%-8s %-14s %5d %5d %5d %10d\n", t, dev[t], npass[t],
 		       nskip[t], nfail[t], ntried[t] > devs
 	}
+	if (!nc) exit
+	printf "\n%-8s %-9s %5s  %s\n", "topo", "kind", "count", "cause" > devs
+	split("skip not-tried", kinds, " ")
+	for (j = 1; j <= ntopo; j++)
+		for (q = 1; q <= 2; q++)
+			for (i = 1; i <= nc; i++) {
+				split(corder[i], f, SUBSEP)
+				if (f[1] != order[j] || f[2] != kinds[q])
+					continue
+				printf "%-8s %-9s %5d  %s\n", f[1], f[2],
+				       ncause[corder[i]], f[3] > devs
+			}
 }
 ' $LOGS
 touch "$LOG" # absent when only "two" ran: the rows below are then empty
@@ -679,8 +723,8 @@ if [ -s "$W/summary.txt.observe" ]; then
 fi
 
 if [ -s "$W/devices.txt" ]; then
-	echo "--- per device: tests passed, skipped (the reason is on its" \
-		"line above), failed; parts of passing tests not tried ---"
+	echo "--- per device: tests passed, skipped, failed; parts of" \
+		"passing tests not tried; then what caused the skips ---"
 	cat "$W/devices.txt"
 fi
 NPASS=$(grep -c ' PASS ' "$W/summary.txt" || true)

@@ -94,6 +94,10 @@ run_two() {
 	# Across two TCG kernels 200 revocation attempts take ~90 s, near
 	# the harness watchdog; both sides read the same count.
 	export TF_TEST_REVOKE_ATTEMPTS="${TF_TEST_REVOKE_ATTEMPTS:-50}"
+	# Two single-vCPU TCG guests on a busy host stall for seconds: with
+	# the default 4 s of transport retries, rxe's QPs sometimes ended in
+	# "transport retry counter exceeded" (conf_session_revoke).
+	export TOLLFREE_QP_TIMEOUT_MS="${TOLLFREE_QP_TIMEOUT_MS:-30000}"
 	n=0
 	two_pass two rxe0 7400
 	# A short crr, server in srv, client in cli.

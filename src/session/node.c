@@ -294,6 +294,7 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 	ret = tf_context_query_caps(ctx, &caps);
 	if (ret)
 		goto err_free;
+	node->fence = !(caps.flags & TF_CAP_REMOTE_ACK);
 	node->use_mw = (fm & TF_NODE_PARAM_USE_MW) ? params->use_mw != 0
 						   : cfg->session_mw;
 	if (node->use_mw && !(caps.flags & TF_CAP_MW_TYPE2)) {

@@ -520,7 +520,10 @@ int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 	}
 	s->revoked = false;
 	if (!s->deferred) {
-		ret = send_exposures(s);
+		/* Data sent before stays ahead of the EXPOSE (tf__sess_fence). */
+		ret = tf__sess_fence(s);
+		if (!ret)
+			ret = send_exposures(s);
 		if (ret)
 			return ret;
 	}
@@ -712,6 +715,10 @@ void tf_session_close(tf_session_t *s)
 	server = s->server;
 	tf_session_revoke(s);
 	drain(s);
+	/* What this side sent is placed at the peer before its CLOSE can
+	 * arrive (a failure breaks the session: no CLOSE, no reuse). */
+	if (!s->deferred && !s->broken)
+		tf__sess_fence(s);
 	/* Only now, with every window revoked and no work in flight, may
 	 * the memory go back to the pool or the cache. */
 	for (int i = 0; i < s->n_bufs; i++)

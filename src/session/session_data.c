@@ -19,6 +19,9 @@
 
 #define S TF_SESS_SUBSYS
 
+/* The internal slot of the fence READ: past every exposure's. */
+#define FENCE_SLOT ((uint64_t)TF_SESSION_MAX_EXPOSURES)
+
 /* ------------------------------------------------------- completions */
 
 static void stash_push(struct tf_session *s, const struct tf_wc *wc)
@@ -53,15 +56,20 @@ int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n)
 
 		switch (WR_KIND(wc->wr_id)) {
 		case WR_INT:
-			if (slot < (uint64_t)s->n_exps &&
-			    s->exps[slot].pending > 0) {
+			if (slot == FENCE_SLOT) {
+				if (s->fence_pending > 0)
+					s->fence_pending--;
+				s->fence_status = wc->status;
+			} else if (slot < (uint64_t)s->n_exps &&
+				   s->exps[slot].pending > 0) {
 				s->exps[slot].pending--;
 				s->exps[slot].status = wc->status;
 			}
 			if (wc->status != TF_WC_SUCCESS &&
 			    wc->status != TF_WC_WR_FLUSH_ERR)
 				tf_log_warn(S, "%s of exposure %llu failed: %s",
-					    wc->opcode == TF_WC_BIND_MW
+					    slot == FENCE_SLOT ? "fence"
+					    : wc->opcode == TF_WC_BIND_MW
 						    ? "bind"
 						    : "invalidation",
 					    (unsigned long long)slot,
@@ -110,14 +118,14 @@ int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n)
 
 static int pending_internal(const struct tf_session *s)
 {
-	int n = 0;
+	int n = s->fence_pending;
 
 	for (int i = 0; i < s->n_exps; i++)
 		n += s->exps[i].pending;
 	return n;
 }
 
-/* Wait until the session's binds and invalidations completed. */
+/* Wait until the session's binds, invalidations and fence completed. */
 int tf__sess_wait_internal(struct tf_session *s)
 {
 	struct tf_backoff bo;
@@ -429,6 +437,63 @@ static int post_user(struct tf_session *s, struct tf_send_wr *wr,
 		return ret;
 	s->send_ids[slot] = wr_id;
 	s->send_posted++;
+	/* READs and atomics complete with the peer's response: only what
+	 * is sent one way can be overtaken. */
+	if (wr->opcode != TF_WR_RDMA_READ &&
+	    wr->opcode != TF_WR_ATOMIC_FETCH_ADD &&
+	    wr->opcode != TF_WR_ATOMIC_CMP_SWP)
+		s->fence_due = s->node->fence;
+	return 0;
+}
+
+/*
+ * iWARP completes a SEND or WRITE once TCP took it, and the peer reads
+ * control messages from another QP (or the TCP socket): a CLOSE or EXPOSE
+ * sent after data can be read there before the data is placed.  A READ
+ * is answered only after the responder processed everything sent before
+ * it on the same QP, so its completion means the data is placed.  It is
+ * empty (one SGE of length 0: iWARP sinks take exactly one): no key is
+ * checked for an empty READ, the peer's first exposure's goes along all
+ * the same.  Work posted directly on tf_session_qp() is not tracked: the
+ * caller fences that itself.
+ */
+int tf__sess_fence(struct tf_session *s)
+{
+	struct tf_sess_buf *b = s->n_bufs ? &s->bufs[0] : NULL;
+	struct tf_sge sge = {.addr = b ? (uintptr_t)b->addr : 0,
+			     .length = 0,
+			     .lkey = b ? b->lkey : 0};
+	struct tf_send_wr wr = {.wr_id = WR_ID(WR_INT, FENCE_SLOT),
+				.opcode = TF_WR_RDMA_READ,
+				.send_flags = TF_SEND_SIGNALED,
+				.sg_list = &sge,
+				.num_sge = 1};
+	int ret;
+
+	if (!s->fence_due)
+		return 0;
+	ret = check_live(s);
+	if (ret)
+		return ret;
+	if (s->n_peer) {
+		wr.wr.rdma.remote_addr = s->peer[0].addr;
+		wr.wr.rdma.rkey = s->peer[0].rkey;
+	}
+	s->fence_status = TF_WC_GENERAL_ERR;
+	ret = tf_post_send(s->c->qp, &wr, NULL);
+	if (!ret) {
+		s->fence_pending = 1;
+		ret = tf__sess_wait_internal(s);
+	}
+	if (!ret && s->fence_status != TF_WC_SUCCESS)
+		ret = -TF_EQPERR;
+	if (ret) {
+		tf_log_debug(S, "fence failed: %s", tf_strerror(ret));
+		tf__sess_set_broken(s, ret);
+		return ret;
+	}
+	tf_log_debug(S, "fence: the peer placed what was sent");
+	s->fence_due = false;
 	return 0;
 }
 

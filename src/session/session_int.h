@@ -171,6 +171,10 @@ struct tf_node {
 	 * (src_len 0: none). */
 	struct sockaddr_storage src;
 	socklen_t src_len;
+	/* The device completes a SEND or WRITE once sent, not once the peer
+	 * placed it (no TF_CAP_REMOTE_ACK: iWARP): a control message after
+	 * data waits for a fence (tf__sess_fence). */
+	bool fence;
 	/* Protects the idle list and the free windows. */
 	pthread_mutex_t lock;
 	struct tf_conn idle; /* list head; most recently used first */
@@ -259,6 +263,10 @@ struct tf_session {
 	 * and the bytes its live exposures count there. */
 	struct tf_peer *pe;
 	uint64_t exposed;
+	/* A SEND or WRITE was posted since the last fence (node->fence). */
+	bool fence_due;
+	int fence_pending; /* the fence READ, not completed */
+	enum tf_wc_status fence_status;
 	int n_bufs, n_exps, n_exps_sent, n_peer;
 	size_t priv_len;
 	uint64_t send_posted, send_done, recv_posted, recv_done;
@@ -314,6 +322,11 @@ int tf__sess_cq_sleep(struct tf_session *s, const struct tf_backoff *bo);
 /* The session's fd (tf_session_fd): the connection's wait set, made at
  * first use.  The fd or -errno. */
 int tf__sess_wait_fd(const struct tf_session *s);
+/* On a device without TF_CAP_REMOTE_ACK, after a SEND or WRITE: an empty
+ * READ on the session's QP, awaited, so that what was sent is placed at
+ * the peer before a control message (another QP or TCP) can overtake it.
+ * 0 (also when no fence is due), or the error that broke the session. */
+int tf__sess_fence(struct tf_session *s);
 /* Buffer @buf of @s, or NULL for a bad index. */
 struct tf_sess_buf *tf__sess_get_buf(struct tf_session *s, int buf);
 

@@ -35,6 +35,9 @@
 # other), then the kv example and a short "tollfree-bench crr
 # --server/--connect", server in the first guest, client in the second.
 # Their console logs are console-two-srv.log and console-two-cli.log.
+# With siw.ko (below) the tests and the kv example then run again with
+# siw0 in place of rxe0 on both NICs: topology "two-siw" in the tables
+# (TOLLFREE_VM_TWO_SIW=0 leaves that pass out).
 # When "two" is the only topology, the single guest is not booted.
 #
 # Debian's kernels have no siw.ko: tests/vm/siw-module.sh builds it from
@@ -60,8 +63,10 @@
 # TOLLFREE_VM_PEERS_ITERS (iterations a run, 1000),
 # TOLLFREE_VM_PEERS_SESSIONS (crr and ucx_session sessions a run, 30;
 # also the two-guest crr's), TOLLFREE_VM_TWO_TESTS (the tests of the "two"
-# topology; default: conf_session_basic, _imm, _wait and _revoke),
-# TOLLFREE_VM_TWO_SMP (vCPUs of each of its guests, 1).
+# topology; default: conf_session_basic, _imm, _wait, _revoke and
+# _order: the last is where iWARP's WRITE-then-CLOSE race shows),
+# TOLLFREE_VM_TWO_SMP (vCPUs of each of its guests, 1),
+# TOLLFREE_VM_TWO_SIW (1: the "two-siw" pass when siw.ko builds; 0: none).
 # The perftest table is also written to TOLLFREE_VM_WORK/peers.txt and
 # the session table to TOLLFREE_VM_WORK/sessions.txt (bench/peers/run.sh
 # reads both).
@@ -171,7 +176,7 @@ done
 TWO_TESTS=""
 if [ $TWO = 1 ]; then
 	for t in ${TOLLFREE_VM_TWO_TESTS:-conf_session_basic conf_session_imm \
-		conf_session_wait conf_session_revoke}; do
+		conf_session_wait conf_session_revoke conf_session_order}; do
 		if [ -x "$BUILD/tests/$t" ]; then
 			TWO_TESTS="$TWO_TESTS $t"
 		else
@@ -185,13 +190,22 @@ fi
 # kernel, cached next to it).  Without it the siw topology is skipped.
 SIW=0
 SIW_WHY=""
-case " $ONE_TOPOS " in
-*" siw "*)
+TWO_SIW=0
+if [ $TWO = 1 ]; then
+	case ${TOLLFREE_VM_TWO_SIW:-1} in
+	0) ;;
+	1) TWO_SIW=1 ;;
+	*) die "TOLLFREE_VM_TWO_SIW: 0 or 1, not '$TOLLFREE_VM_TWO_SIW'" ;;
+	esac
+fi
+case " $ONE_TOPOS $([ $TWO_SIW = 1 ] && echo two-siw) " in
+*" siw "* | *" two-siw "*)
 	if SIW_WHY=$("$HERE/siw-module.sh" "$KPKG" "$KROOT" 2>&1 | tail -1); then
 		SIW=1
 		[ -n "$SIW_WHY" ] && log "$SIW_WHY"
 	else
 		log "no siw topology: $SIW_WHY"
+		TWO_SIW=0
 	fi
 	;;
 esac
@@ -363,7 +377,7 @@ done
 	printf 'TEST_TIMEOUT=%q\nBENCH=%q\n' "$TEST_TIMEOUT" "$BENCH"
 	printf 'PEERS=%q\nPEERS_REPS=%q\nPEERS_ITERS=%q\n' "$PEERS" \
 		"${TOLLFREE_VM_PEERS_REPS:-3}" "${TOLLFREE_VM_PEERS_ITERS:-1000}"
-	printf 'SESS_N=%q\n' "$SESS_N"
+	printf 'SESS_N=%q\nTWO_SIW=%q\n' "$SESS_N" "$TWO_SIW"
 	TOPOS=""
 	for t in $ONE_TOPOS; do
 		[ "$t" = siw ] && [ $SIW = 0 ] && continue
@@ -454,6 +468,32 @@ rm -f "$W/summary.txt" "$W/summary.txt.observe" "$W/devices.txt"
 : >"$W/summary.txt" # stays empty when no test ran (TOLLFREE_VM_TESTS=none)
 # shellcheck disable=SC2086 # LOGS: the console logs, one word each
 awk -v out="$W/summary.txt" -v devs="$W/devices.txt" '
+# What made a test (or part of one) skip, without its figures: the
+# capability of "provider X lacks WHAT (caps 0x..)", else the reason with
+# numbers as N, so that one cause counts once per device.
+function cause(r) {
+	if (match(r, /lacks .*\(caps 0x[0-9a-f]+\)/)) {
+		r = substr(r, RSTART + 6)
+		sub(/ *\(caps 0x[0-9a-f]+\).*$/, "", r)
+		return "missing capability: " r
+	}
+	o = ""
+	while (match(r, /0x[0-9a-f]+|[0-9]+/)) {
+		# Figures are N; digits in a name (MW_TYPE2) stay.
+		p = substr(r, 1, RSTART - 1)
+		if (RSTART > 1 && substr(r, RSTART - 1, 1) ~ /[A-Za-z_-]/)
+			o = o p substr(r, RSTART, RLENGTH)
+		else
+			o = o p "N"
+		r = substr(r, RSTART + RLENGTH)
+	}
+	return o r
+}
+function count_cause(kind, r) {
+	k = topo SUBSEP kind SUBSEP cause(r)
+	if (!(k in ncause)) corder[++nc] = k
+	ncause[k]++
+}
 function flush_test() {
 	if (name == "") return
 	if (rc == 0) res = "PASS"
@@ -464,8 +504,11 @@ function flush_test() {
 	if (res == "PASS") npass[topo]++
 	else if (res == "SKIP") nskip[topo]++
 	else nfail[topo]++
-	line = sprintf("%-5s %-24s %-14s %6.1fs", topo, name, res, secs)
-	if (res == "SKIP") line = line "  " reason
+	line = sprintf("%-7s %-24s %-14s %6.1fs", topo, name, res, secs)
+	if (res == "SKIP") {
+		line = line "  " reason
+		count_cause("skip", reason)
+	}
 	print line
 	print line > out
 	if (res != "PASS" && res != "SKIP")
@@ -487,6 +530,9 @@ inout {
 	if (/: not tried: / && !((topo, name, $0) in nt_seen)) {
 		nt_seen[topo, name, $0] = 1
 		ntried[topo]++
+		r = $0
+		sub(/.*: not tried: /, "", r)
+		count_cause("not-tried", r)
 	}
 	next
 }
@@ -494,13 +540,25 @@ inout {
 /^@@VETH / { print "packets on veth0 during " $2; next }
 END {
 	if (!ntopo) exit
-	printf "%-6s %-14s %5s %5s %5s %10s\n", "topo", "devices", "pass",
+	printf "%-8s %-14s %5s %5s %5s %10s\n", "topo", "devices", "pass",
 	       "skip", "fail", "not-tried" > devs
 	for (i = 1; i <= ntopo; i++) {
 		t = order[i]
-		printf "%-6s %-14s %5d %5d %5d %10d\n", t, dev[t], npass[t],
+		printf "%-8s %-14s %5d %5d %5d %10d\n", t, dev[t], npass[t],
 		       nskip[t], nfail[t], ntried[t] > devs
 	}
+	if (!nc) exit
+	printf "\n%-8s %-9s %5s  %s\n", "topo", "kind", "count", "cause" > devs
+	split("skip not-tried", kinds, " ")
+	for (j = 1; j <= ntopo; j++)
+		for (q = 1; q <= 2; q++)
+			for (i = 1; i <= nc; i++) {
+				split(corder[i], f, SUBSEP)
+				if (f[1] != order[j] || f[2] != kinds[q])
+					continue
+				printf "%-8s %-9s %5d  %s\n", f[1], f[2],
+				       ncause[corder[i]], f[3] > devs
+			}
 }
 ' $LOGS
 touch "$LOG" # absent when only "two" ran: the rows below are then empty
@@ -665,8 +723,8 @@ if [ -s "$W/summary.txt.observe" ]; then
 fi
 
 if [ -s "$W/devices.txt" ]; then
-	echo "--- per device: tests passed, skipped (the reason is on its" \
-		"line above), failed; parts of passing tests not tried ---"
+	echo "--- per device: tests passed, skipped, failed; parts of" \
+		"passing tests not tried; then what caused the skips ---"
 	cat "$W/devices.txt"
 fi
 NPASS=$(grep -c ' PASS ' "$W/summary.txt" || true)

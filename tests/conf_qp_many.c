@@ -196,11 +196,19 @@ static void wake_one(struct tf_pair *p, struct many *m, unsigned i)
 int main(void)
 {
 	const char *env = getenv("TF_TEST_QPS");
-	unsigned want = env ? (unsigned)atoi(env) : 1000, fit;
+	unsigned want = 1000, fit;
 	struct tf_pair p;
 	struct many m = {0};
 
 	tf_test_begin("conf_qp_many");
+	if (env) {
+		char *end;
+		unsigned long v = strtoul(env, &end, 10);
+
+		CHECKF(*env && !*end && v >= 1 && v <= 100000,
+		       "TF_TEST_QPS=%s: want 1 to 100000", env);
+		want = (unsigned)v;
+	}
 	/* Before the fork: both sides inherit it. */
 	fit = raise_nofile(want);
 	tf_test_pair_open(&p);
@@ -212,6 +220,8 @@ int main(void)
 		m.n = p.caps.max_qp > 8 ? p.caps.max_qp - 8 : 1;
 		tf_test_info("max_qp is %u: %u QPs", p.caps.max_qp, m.n);
 	}
+	tf_test_info("%u QPs a side (TF_TEST_QPS %s)", m.n,
+		     env ? env : "unset");
 	open_all(&p, &m);
 	round_range(&p, &m, 0, m.n, TF_SIDE_A, 0x1000);
 	round_range(&p, &m, 0, m.n, TF_SIDE_B, 0x4000);

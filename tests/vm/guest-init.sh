@@ -297,6 +297,11 @@ for topo in $TOPOS; do
 		(
 			# shellcheck disable=SC3045 # busybox sh has it
 			ulimit -l unlimited
+			# siw refuses the 49th CQ of a context with ENOSPC
+			# (ibv_create_cq; Debian 6.1, siw.ko built from its
+			# source), far below its max_cq: conf_qp_many holds
+			# 40 QPs there, not 1,000 (its output says so).
+			export TF_TEST_QPS=40
 			run_topo siw siw0 siw0
 		)
 		;;

@@ -259,6 +259,12 @@ rdma link show
 
 export TOLLFREE_PROVIDER=verbs
 export TOLLFREE_VERBS_GID_INDEX=auto
+# A listener drops a connection whose HELLO has not come within 500 ms
+# (slow-client protection sized for real machines).  Under TCG on a busy
+# host a client making its QPs on a cold rxe device can take longer, and
+# conf_session_concurrent's 1,000 sessions then see ECONNRESET: give the
+# emulated machine four times the time.
+export TOLLFREE_SESSION_HELLO_TIMEOUT_MS="${TOLLFREE_SESSION_HELLO_TIMEOUT_MS:-2000}"
 
 veth_packets() { $IP -s link show veth0 | awk 'NR==4{print $2}'; }
 

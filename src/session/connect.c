@@ -353,6 +353,39 @@ static int connect_first(struct tf_node *node, const char *host, uint16_t port,
 	return ret;
 }
 
+/* The connection's data QP (from the stock, else made) and, if it may be
+ * kept, its control QP; their addresses into @blob and @ctl. */
+static int connect_qps(struct tf_node *node, struct tf_conn *c,
+		       const tf_session_params_t *params, bool no_reuse,
+		       uint8_t *blob, size_t *blob_len, uint8_t *ctl,
+		       size_t *ctl_len)
+{
+	uint32_t sd = 256, rd = 256;
+	size_t cap = *ctl_len;
+	int ret;
+
+	if (params && (params->field_mask & TF_SESSION_PARAM_QP)) {
+		sd = params->max_send_wr;
+		rd = params->max_recv_wr;
+	}
+	ret = tf__conn_new_qp(node, c, sd, rd, node->qp_cache && !no_reuse);
+	if (!ret)
+		ret = tf_qp_get_addr(c->qp, blob, blob_len);
+	if (ret)
+		return ret;
+	/* A control QP for the sessions after this one, if the connection
+	 * may be kept; without one they use the socket. */
+	*ctl_len = 0;
+	if (node->qp_cache && !no_reuse && !tf__ctl_create(node, c)) {
+		*ctl_len = cap;
+		if (tf_qp_get_addr(c->ctl.qp, ctl, ctl_len)) {
+			tf__ctl_destroy(c);
+			*ctl_len = 0;
+		}
+	}
+	return 0;
+}
+
 static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 		       const struct tf_sess_addrs *addrs,
 		       const tf_session_params_t *params, bool no_reuse,
@@ -360,35 +393,39 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 {
 	const struct tf_sess_addr *a;
 	uint8_t blob[TF_QP_ADDR_MAX], ctl[TF_QP_ADDR_MAX];
-	size_t blob_len = sizeof(blob), ctl_len = 0;
+	size_t blob_len = sizeof(blob), ctl_len = sizeof(ctl);
 	bool auth = node->psk_len != 0;
-	uint32_t sd = 256, rd = 256;
 	struct tf_wire_msg m;
 	struct tf_session *s;
 	struct tf_conn *c;
 	int fd = -1, i = 0, ret;
 
-	ret = connect_first(node, host, port, addrs, &i, &fd);
-	if (ret)
-		return ret;
-	a = &addrs->a[i];
-	c = tf__conn_alloc(node, fd);
-	if (!c) {
-		close(fd);
+	c = tf__conn_alloc(node, -1);
+	if (!c)
 		return -ENOMEM;
-	}
-	/* Kept under the address that answered: the next session to any
-	 * name of that address finds it (tf__node_take). */
-	memcpy(&c->peer, &a->sa, sizeof(c->peer));
-	c->peer_len = a->len;
 	c->hs = TF_CONN_BUSY;
 	ret = tf__random(c->nonce_c, TF_WIRE_NONCE);
 	if (!ret && auth)
 		ret = tf__transcript_new(&c->ts);
+	/* Without a key the HELLO carries the QPs: they are made before the
+	 * TCP connection, so that the HELLO follows it at once (a listener
+	 * gives a connection TOLLFREE_SESSION_HELLO_TIMEOUT_MS for it, and a
+	 * cold QP on a slow device can take longer).  With a key the HELLO
+	 * goes first, alone, and the QPs are made while the server
+	 * answers. */
+	if (!ret && !auth)
+		ret = connect_qps(node, c, params, no_reuse, blob, &blob_len,
+				  ctl, &ctl_len);
+	if (!ret)
+		ret = connect_first(node, host, port, addrs, &i, &fd);
 	if (ret)
 		goto err_conn;
-	/* With a key the HELLO goes first, alone, and the QPs are made while
-	 * the server answers; without one the HELLO carries the QPs. */
+	c->fd = fd;
+	a = &addrs->a[i];
+	/* Kept under the address that answered: the next session to any
+	 * name of that address finds it (tf__node_take). */
+	memcpy(&c->peer, &a->sa, sizeof(c->peer));
+	c->peer_len = a->len;
 	if (auth) {
 		tf__wire_init(&m, TF_WIRE_HELLO);
 		tf__wire_put_bytes(&m, c->nonce_c, TF_WIRE_NONCE);
@@ -398,30 +435,11 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 			ret = tf__wire_send(fd, &m, node->timeout_ms);
 		if (!ret)
 			ret = tf__transcript_add_msg(c->ts, &m);
-		if (ret)
-			goto err_conn;
-	}
-	if (params && (params->field_mask & TF_SESSION_PARAM_QP)) {
-		sd = params->max_send_wr;
-		rd = params->max_recv_wr;
-	}
-	ret = tf__conn_new_qp(node, c, sd, rd, node->qp_cache && !no_reuse);
-	if (ret)
-		goto err_conn;
-	ret = tf_qp_get_addr(c->qp, blob, &blob_len);
-	if (ret)
-		goto err_conn;
-	/* A control QP for the sessions after this one, if the connection
-	 * may be kept; without one they use the socket. */
-	if (node->qp_cache && !no_reuse && !tf__ctl_create(node, c)) {
-		ctl_len = sizeof(ctl);
-		if (tf_qp_get_addr(c->ctl.qp, ctl, &ctl_len)) {
-			tf__ctl_destroy(c);
-			ctl_len = 0;
-		}
-	}
-	if (auth) {
-		ret = client_challenge(c);
+		if (!ret)
+			ret = connect_qps(node, c, params, no_reuse, blob,
+					  &blob_len, ctl, &ctl_len);
+		if (!ret)
+			ret = client_challenge(c);
 		if (ret)
 			goto err_conn;
 		tf__wire_init(&m, TF_WIRE_OPEN);

@@ -355,9 +355,13 @@ int tf_session_wait(tf_session_t *s, int n, struct tf_wc *wc, int timeout_ms)
 		if (r)
 			return r;
 		/* A change of state is an event too: the caller learns of
-		 * the peer's close without waiting out its timeout. */
+		 * the peer's close without waiting out its timeout.  It can
+		 * be seen on the socket before the completion that the
+		 * peer sent first is taken from the QP's own channel (a
+		 * remote access error, then the peer's end): look once
+		 * more, so that the completion is not lost to the caller. */
 		if (s->peer_closed != closed || s->broken != broken)
-			return 0;
+			return tf_session_poll(s, n, wc);
 		r = tf__backoff_spin(&bo);
 		if (r == -ETIMEDOUT)
 			return 0;

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,8 +32,16 @@
 #define TAG_LISTENER 2
 #define TAG_TCP_LFD  3
 #define TAG_TCP_CONN 4 /* + 8 * index */
+#define TAG_SESS     5 /* + 8 * slot: a session's fd (sleep) */
 
 struct lsrv;
+
+/* An open session in its slot; a slot keeps its index (the epoll tag of
+ * the session's fd) while the session is open. */
+struct lsrv_sess {
+	tf_session_t *s; /* NULL: a free slot */
+	bool due;	 /* sleep: in the thread's due list */
+};
 
 struct lsrv_tcp {
 	int fd;
@@ -44,10 +53,14 @@ struct lsrv_thr {
 	pthread_t tid;
 	tf_listener_t *l;
 	int tcp_lfd, epfd;
-	void *buf;	     /* the exposed K * SIZE bytes */
-	uint8_t *echo;	     /* one TCP request */
-	tf_session_t **sess; /* open sessions */
-	size_t nsess, cap_sess;
+	void *buf;		       /* the exposed K * SIZE bytes */
+	uint8_t *echo;		       /* one TCP request */
+	struct lsrv_sess *sess;	       /* slots 0..nslot-1 */
+	size_t nsess, nslot, cap_sess; /* open sessions, used slots */
+	uint32_t *free_slot;	       /* below nslot, NULL there */
+	size_t nfree;
+	uint32_t *due; /* sleep: slots to serve this turn */
+	size_t ndue;
 	struct lsrv_tcp *tcp; /* TCP connections, fd -1: free */
 	size_t ntcp;
 	_Atomic uint64_t errors; /* sessions that failed here */
@@ -84,6 +97,29 @@ static int epoll_add(int epfd, int fd, uint64_t tag)
 	return 0;
 }
 
+/* Room for more slots: the free list and the due list hold at most one
+ * entry per slot, so they grow with the slots. */
+static int thr_grow(struct lsrv_thr *t)
+{
+	size_t cap = t->cap_sess ? 2 * t->cap_sess : 16;
+	struct lsrv_sess *n = realloc(t->sess, cap * sizeof(*n));
+	uint32_t *f, *d;
+
+	if (!n)
+		return -ENOMEM;
+	t->sess = n;
+	f = realloc(t->free_slot, cap * sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	t->free_slot = f;
+	d = realloc(t->due, cap * sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	t->due = d;
+	t->cap_sess = cap;
+	return 0;
+}
+
 /* Take the sessions waiting on the thread's listener and prepare each as
  * crr's server does: attach the buffer (a pool copy), expose K * SIZE
  * bytes for remote writes, then the deferred ACCEPT carries the key.  A
@@ -95,6 +131,7 @@ static void thr_accept(struct lsrv_thr *t)
 	tf_session_params_t sp = sess_params(&co, TF_SESSION_DEFER_ESTABLISH);
 	size_t len = (size_t)o->size * o->k;
 	tf_session_t *s;
+	uint32_t i;
 	int b, x, ret;
 
 	for (;;) {
@@ -106,17 +143,10 @@ static void thr_accept(struct lsrv_thr *t)
 			thr_failed(t);
 			continue;
 		}
-		if (t->nsess == t->cap_sess) {
-			size_t cap = t->cap_sess ? 2 * t->cap_sess : 16;
-			tf_session_t **n = realloc(t->sess, cap * sizeof(*n));
-
-			if (!n) {
-				tf_session_close(s);
-				thr_failed(t);
-				continue;
-			}
-			t->sess = n;
-			t->cap_sess = cap;
+		if (!t->nfree && t->nslot == t->cap_sess && thr_grow(t)) {
+			tf_session_close(s);
+			thr_failed(t);
+			continue;
 		}
 		ret = tf_session_attach(s, t->buf, len,
 					attach_flags(OP_WRITE, true), &b);
@@ -130,34 +160,86 @@ static void thr_accept(struct lsrv_thr *t)
 			thr_failed(t);
 			continue;
 		}
-		t->sess[t->nsess++] = s;
+		i = t->nfree ? t->free_slot[--t->nfree] : (uint32_t)t->nslot++;
+		/* A sleeping thread waits for the session's messages and
+		 * completions on its fd, with everything else; it serves
+		 * (and arms) the session at once, in this turn. */
+		if (t->sv->o->server_sleep) {
+			int fd = tf_session_fd(s);
+
+			if (fd < 0 || epoll_add(t->epfd, fd,
+						TAG_SESS + 8 * (uint64_t)i)) {
+				tf_session_close(s);
+				t->free_slot[t->nfree++] = i;
+				thr_failed(t);
+				continue;
+			}
+			t->due[t->ndue++] = i;
+			t->sess[i].due = true;
+		}
+		t->sess[i].s = s;
+		t->nsess++;
 	}
 }
 
-/* Reap the open sessions (this is also the progress that the soft tcp
+/* Reap session slot @i (this is also the progress that the soft tcp
  * transport needs for the client's writes); a session the peer closed is
- * revoked and closed. */
-static void thr_serve(struct lsrv_thr *t)
+ * revoked and closed.  @arm (sleep): then arm its fd, and reap again as
+ * long as the arm finds something, so that the thread may sleep after. */
+static void thr_serve_one(struct lsrv_thr *t, uint32_t i, bool arm)
 {
-	for (size_t i = 0; i < t->nsess;) {
-		tf_session_t *s = t->sess[i];
-		struct tf_wc wc[16];
-		int n, st;
+	tf_session_t *s = t->sess[i].s;
+	struct tf_wc wc[16];
+	int n, st;
 
+	for (;;) {
 		do {
 			n = tf_session_poll(s, 16, wc);
 		} while (n > 0);
 		st = tf_session_state(s);
-		if (n == 0 && st != TF_SESSION_PEER_CLOSED &&
-		    st != TF_SESSION_BROKEN) {
-			i++;
-			continue;
-		}
-		if (n < 0 || st == TF_SESSION_BROKEN || tf_session_revoke(s))
-			thr_failed(t);
-		tf_session_close(s);
-		t->sess[i] = t->sess[--t->nsess];
+		if (n < 0 || st == TF_SESSION_PEER_CLOSED ||
+		    st == TF_SESSION_BROKEN)
+			break;
+		if (!arm)
+			return;
+		n = tf_session_arm(s);
+		if (n == 0)
+			return;
+		if (n < 0)
+			break;
 	}
+	/* Out of the epoll set before close: the fd is the connection's,
+	 * which a kept connection keeps open. */
+	if (arm)
+		epoll_ctl(t->epfd, EPOLL_CTL_DEL, tf_session_fd(s), NULL);
+	if (n < 0 || st == TF_SESSION_BROKEN || tf_session_revoke(s))
+		thr_failed(t);
+	tf_session_close(s);
+	t->sess[i].s = NULL;
+	t->free_slot[t->nfree++] = i;
+	t->nsess--;
+}
+
+/* Spin: every open session, on every turn. */
+static void thr_serve(struct lsrv_thr *t)
+{
+	for (uint32_t i = 0; i < t->nslot && t->nsess; i++)
+		if (t->sess[i].s)
+			thr_serve_one(t, i, false);
+}
+
+/* Sleep: the sessions whose fd woke the thread, and the new ones; each
+ * leaves armed (or closed). */
+static void thr_serve_due(struct lsrv_thr *t)
+{
+	for (size_t k = 0; k < t->ndue; k++) {
+		uint32_t i = t->due[k];
+
+		t->sess[i].due = false;
+		if (t->sess[i].s)
+			thr_serve_one(t, i, true);
+	}
+	t->ndue = 0;
 }
 
 static void tcp_close(struct lsrv_tcp *c)
@@ -234,19 +316,40 @@ static void thr_tcp_echo(struct lsrv_thr *t, struct lsrv_tcp *c, bool spin)
 	}
 }
 
+/* Act on what epoll_wait reported: TCP accepts and echoes, and (sleep)
+ * the sessions whose fd is readable, which are served after. */
+static void thr_events(struct lsrv_thr *t, const struct epoll_event *evs, int n,
+		       bool spin_echo)
+{
+	for (int k = 0; k < n; k++) {
+		uint64_t tag = evs[k].data.u64;
+		size_t i = tag / 8;
+
+		if (tag == TAG_TCP_LFD) {
+			if (thr_tcp_accept(t))
+				thr_failed(t);
+		} else if (tag % 8 == TAG_TCP_CONN && i < t->ntcp &&
+			   t->tcp[i].fd >= 0) {
+			thr_tcp_echo(t, &t->tcp[i], spin_echo);
+		} else if (tag % 8 == TAG_SESS && i < t->nslot &&
+			   t->sess[i].s && !t->sess[i].due) {
+			t->sess[i].due = true;
+			t->due[t->ndue++] = (uint32_t)i;
+		}
+	}
+}
+
 /*
  * One server thread.  It spins (epoll_wait with no timeout, every
  * LOOK_NS while sessions are open) for tollfree and the spinning TCP
- * modes, and sleeps in epoll_wait for the blocking TCP modes; with
- * --server-wait sleep it sleeps for every mode whenever it has no
- * tollfree session open.  While one is open it keeps polling it: the
- * soft tcp transport moves the client's writes only when this side
- * polls, and a CLOSE on a kept connection's control QP is found only by
- * polling (as in crr's server).
+ * modes, and sleeps in epoll_wait for the blocking TCP modes.  While a
+ * session is open the spinning thread keeps polling it: the soft tcp
+ * transport moves the client's writes only when this side polls (or
+ * while its CQ is armed), and a CLOSE on a kept connection's control QP
+ * is found only by polling (as in crr's server).
  */
-static void *thr_main(void *arg)
+static void thr_spin(struct lsrv_thr *t)
 {
-	struct lsrv_thr *t = arg;
 	struct lsrv *sv = t->sv;
 	struct epoll_event evs[32];
 	uint64_t last_look = 0;
@@ -254,13 +357,12 @@ static void *thr_main(void *arg)
 	while (!atomic_load_explicit(&sv->stop, memory_order_acquire)) {
 		const struct load_mode *md = &load_modes[atomic_load_explicit(
 			&sv->mode, memory_order_acquire)];
-		bool spin_mode = md->kind == LK_TF || md->spin;
-		bool spin = !sv->o->server_sleep && spin_mode;
-		uint64_t now = 0;
+		bool spin = md->kind == LK_TF || md->spin;
 		int n;
 
 		if (t->nsess) {
-			now = now_ns();
+			uint64_t now = now_ns();
+
 			if (now - last_look < LOOK_NS)
 				goto serve;
 			last_look = now;
@@ -276,21 +378,52 @@ static void *thr_main(void *arg)
 		 * whose bytes were already read must not wait for another
 		 * event. */
 		thr_accept(t);
-		for (int i = 0; i < n; i++) {
-			uint64_t tag = evs[i].data.u64;
-			size_t c = (tag - TAG_TCP_CONN) / 8;
-
-			if (tag == TAG_TCP_LFD) {
-				if (thr_tcp_accept(t))
-					thr_failed(t);
-			} else if (tag >= TAG_TCP_CONN && c < t->ntcp &&
-				   t->tcp[c].fd >= 0) {
-				thr_tcp_echo(t, &t->tcp[c], md->spin && spin);
-			}
-		}
+		thr_events(t, evs, n, md->spin);
 	serve:
 		thr_serve(t);
 	}
+}
+
+/*
+ * With --server-wait sleep, for every mode: the thread never spins.  It
+ * sleeps in epoll_wait with no timeout on its listener's fd (new
+ * connections, OPENs on kept connections: the listener arms their
+ * control QPs), its TCP sockets, the kick (a mode change, the end) and
+ * every open session's fd, each armed with tf_session_arm after it was
+ * served (its completions, the client's CLOSE, the connection's end).
+ * While a CQ is armed the provider makes the progress that the client's
+ * writes need (the soft provider's waker).  Only the sessions whose fd
+ * woke it are served, so a wake-up costs the same with one session open
+ * or thousands.
+ */
+static void thr_sleep(struct lsrv_thr *t)
+{
+	struct lsrv *sv = t->sv;
+	struct epoll_event evs[64];
+
+	while (!atomic_load_explicit(&sv->stop, memory_order_acquire)) {
+		int n = epoll_wait(t->epfd, evs, ARRAY_SIZE(evs), -1);
+
+		if (n < 0 && errno != EINTR) {
+			fail("server: epoll_wait: %m");
+			thr_failed(t);
+			break;
+		}
+		/* Every turn, as above; new sessions join the due list. */
+		thr_accept(t);
+		thr_events(t, evs, n, false);
+		thr_serve_due(t);
+	}
+}
+
+static void *thr_main(void *arg)
+{
+	struct lsrv_thr *t = arg;
+
+	if (t->sv->o->server_sleep)
+		thr_sleep(t);
+	else
+		thr_spin(t);
 	return NULL;
 }
 
@@ -376,9 +509,11 @@ static int thr_setup(struct lsrv *sv, unsigned i, uint16_t *port, uint16_t *tcp)
 
 static void thr_teardown(struct lsrv_thr *t)
 {
-	for (size_t i = 0; i < t->nsess; i++)
-		tf_session_close(t->sess[i]);
+	for (size_t i = 0; i < t->nslot; i++)
+		tf_session_close(t->sess[i].s);
 	free(t->sess);
+	free(t->free_slot);
+	free(t->due);
 	for (size_t i = 0; i < t->ntcp; i++)
 		if (t->tcp[i].fd >= 0)
 			close(t->tcp[i].fd);
@@ -391,6 +526,35 @@ static void thr_teardown(struct lsrv_thr *t)
 	if (t->buf)
 		munmap(t->buf, (size_t)t->sv->o->size * t->sv->o->k);
 	free(t->echo);
+}
+
+/*
+ * Every client connects from 127.0.0.1, so the library's bounds per
+ * client address are the run's: up to N * T sessions open at once, and
+ * more closed by their client whose CLOSE this side has not read yet (a
+ * busy host delays a server thread by many of a client's sessions), up
+ * to N * T handshakes at once and as many idle kept connections.  Unless
+ * the user set them, the bounds are raised, before the context is opened,
+ * to a few times what the largest run (LOAD_MAX_CLIENTS *
+ * LOAD_MAX_THREADS) holds at once: the same for every run, never below
+ * the library's defaults, so that no session is refused for its address.
+ */
+static void set_bounds(void)
+{
+	static const char *const sessions[] = {
+		"TOLLFREE_SESSION_MAX_SESSIONS_PEER",
+		"TOLLFREE_SESSION_MAX_SESSIONS",
+		"TOLLFREE_SESSION_MAX_PENDING_PEER",
+		"TOLLFREE_SESSION_MAX_PENDING",
+		"TOLLFREE_SESSION_MAX_KEPT_PEER",
+		"TOLLFREE_SESSION_MAX_KEPT",
+	};
+	char v[16];
+
+	snprintf(v, sizeof(v), "%u", 4 * LOAD_MAX_CLIENTS * LOAD_MAX_THREADS);
+	for (size_t i = 0; i < ARRAY_SIZE(sessions); i++)
+		if (setenv(sessions[i], v, 0))
+			fail("server: setenv %s: %m", sessions[i]);
 }
 
 static int ctl_reply(int ctl, struct load_ctl_rep *rep)
@@ -415,6 +579,7 @@ int load_server(const struct load_opts *o, int ctl)
 		pick_cpus(&a, &b);
 		pin_to(b);
 	}
+	set_bounds();
 	sv.thr = calloc(o->sthreads, sizeof(*sv.thr));
 	sv.kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (!sv.thr || sv.kick < 0) {

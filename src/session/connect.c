@@ -63,9 +63,9 @@ static int connect_tcp(struct tf_node *node, const struct tf_sess_addr *a,
 	}
 	/* A failed connect reports POLLERR (and POLLHUP once closed): only
 	 * then is there an error to fetch. */
-	if (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) {
-		getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-		err = err ? -err : -ECONNREFUSED;
+	if ((pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) &&
+	    !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) && err) {
+		err = -err;
 		goto err_close;
 	}
 	*fd_p = fd;

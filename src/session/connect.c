@@ -61,8 +61,10 @@ static int connect_tcp(struct tf_node *node, const struct tf_sess_addr *a,
 		err = r ? -errno : -ETIMEDOUT;
 		goto err_close;
 	}
-	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
-	if (err) {
+	/* A failed connect reports POLLERR (and POLLHUP once closed): only
+	 * then is there an error to fetch. */
+	if ((pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) &&
+	    !getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) && err) {
 		err = -err;
 		goto err_close;
 	}
@@ -404,7 +406,7 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	if (!c)
 		return -ENOMEM;
 	c->hs = TF_CONN_BUSY;
-	ret = tf__random(c->nonce_c, TF_WIRE_NONCE);
+	ret = tf__random_buffered(c->nonce_c, TF_WIRE_NONCE);
 	if (!ret && auth)
 		ret = tf__transcript_new(&c->ts);
 	/* Without a key the HELLO carries the QPs: they are made before the

@@ -83,6 +83,11 @@
 	   "Soft shm transport: most bytes of peer memory (TPT and shared "    \
 	   "memory) the kept peer contexts may have mapped; the least "        \
 	   "recently used go first")                                           \
+	XX(soft, SHM_SEG_CACHE, soft_shm_seg_cache, UINT, "8",                 \
+	   "Soft shm transport: segments of destroyed queue pairs a context "  \
+	   "keeps for its next ones, and peer queue pairs' segments it "       \
+	   "keeps mapped per peer context, so that a new connection to a "     \
+	   "kept peer makes no system call for segments (0: none kept)")       \
 	XX(soft, XLATE_ENTRIES, soft_xlate_entries, UINT, "0",                 \
 	   "Translation-cache model: page translations resident on the "       \
 	   "modelled NIC.  The model is on when this or XLATE_MISS_NS is "     \

@@ -173,9 +173,10 @@ int tf__random(void *buf, size_t len)
 }
 
 /*
- * Keys (one per registration and per window bind, so one per session) come
- * from a per-thread buffer of getrandom() output, refilled 256 bytes at a
- * time: one system call per 64 keys instead of one per key.  The bytes are
+ * Keys (one per registration and per window bind, so one per session) and
+ * session nonces come from a per-thread buffer of getrandom() output,
+ * refilled 256 bytes at a time: one system call per 64 keys instead of one
+ * per key.  The bytes are
  * the kernel's CSPRNG output, each used once and wiped as it is taken.  A
  * child after fork() discards what it inherited, so that parent and child
  * never hand out the same keys.
@@ -201,27 +202,34 @@ static _Thread_local struct {
 	unsigned gen;
 } rnd;
 
-static int random_u32_buffered(uint32_t *v)
+int tf__random_buffered(void *buf, size_t len)
 {
 	unsigned gen;
 
+	if (len > RND_BUF / 4)
+		return tf__random(buf, len);
 	pthread_once(&rnd_once, rnd_init);
 	gen = atomic_load_explicit(&rnd_fork_gen, memory_order_relaxed);
 	if (rnd.gen != gen) {
 		rnd.gen = gen;
 		rnd.left = 0;
 	}
-	if (rnd.left < sizeof(*v)) {
+	if (rnd.left < len) {
 		int ret = tf__random(rnd.b, sizeof(rnd.b));
 
 		if (ret)
 			return ret;
 		rnd.left = sizeof(rnd.b);
 	}
-	rnd.left -= sizeof(*v);
-	memcpy(v, rnd.b + rnd.left, sizeof(*v));
-	memset(rnd.b + rnd.left, 0, sizeof(*v));
+	rnd.left -= (unsigned)len;
+	memcpy(buf, rnd.b + rnd.left, len);
+	memset(rnd.b + rnd.left, 0, len);
 	return 0;
+}
+
+static int random_u32_buffered(uint32_t *v)
+{
+	return tf__random_buffered(v, sizeof(*v));
 }
 
 uint32_t tf__random_u32(void)

@@ -77,6 +77,11 @@ int tf__random(void *buf, size_t len);
  * can be had (logged): callers that make keys must refuse then, since a
  * predictable key would grant access to a guesser. */
 uint32_t tf__random_u32(void);
+/* Fill @buf with @len bytes (at most 64) of the same CSPRNG output, taken
+ * from the per-thread buffer tf__random_u32 draws from (used once, wiped,
+ * discarded in a child after fork): one system call per few calls.  0 or
+ * -errno (logged). */
+int tf__random_buffered(void *buf, size_t len);
 
 /* Monotonic time. */
 uint64_t tf__now_ns(void);

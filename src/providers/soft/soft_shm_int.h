@@ -188,6 +188,18 @@ struct shm_peer {
 	/* Guards creating mappings.  Not ctx->lock: a revoker holds that
 	 * while it waits for accesses, and an access may be mapping. */
 	pthread_mutex_t map_lock;
+	/* The peer's QP segments kept mapped for its next QPs (it reuses
+	 * them, see shm_ctx.spare), found by the peer's fd number and
+	 * checked against the header's QP number at each connect; busy
+	 * while a QP of ours uses one.  ctx->lock. */
+	struct shm_seg_map {
+		struct shm_seg *seg;
+		size_t size;
+		uint64_t last_use;
+		int32_t fd;
+		bool busy;
+	} * seg_maps;
+	uint32_t n_seg_maps;
 	struct shm_old_map {
 		struct shm_old_map *next;
 		void *base;
@@ -196,9 +208,23 @@ struct shm_peer {
 };
 
 struct shm_ctx {
-	pthread_mutex_t seg_lock; /* segs[] (leaf lock) */
+	pthread_mutex_t seg_lock; /* segs[], spare[] (leaf lock) */
 	struct soft_qp **segs;
 	uint32_t n_segs;
+	/* Segments of destroyed QPs kept for new ones, oldest first (at
+	 * most seg_cache, TOLLFREE_SOFT_SHM_SEG_CACHE): their fd stays
+	 * open and mapped, so a peer that keeps it mapped (shm_peer.seg_maps)
+	 * needs no system call to attach the next QP that takes it.  One
+	 * is taken only once its last initiator has given up its claim.
+	 * Kept only while the peer context it served is attached (or kept):
+	 * when that one goes, so do its segments. */
+	struct shm_spare {
+		struct shm_seg *seg;
+		size_t size;
+		uint64_t peer_nonce; /* the peer context it served */
+		int fd;
+	} * spare;
+	uint32_t n_spare, seg_cache;
 	/* Peer contexts attached, with QPs (refs > 0) or kept for the next
 	 * connection to them (refs 0, at most TOLLFREE_SOFT_SHM_PEER_CACHE
 	 * and _BYTES of them, least recently used evicted).  ctx->lock. */
@@ -223,6 +249,7 @@ struct shm_qp {
 	struct shm_peer *peer;
 	struct shm_seg *rseg; /* the peer QP's segment */
 	size_t rseg_size;
+	struct shm_seg_map *rmap; /* its entry in peer->seg_maps, or NULL */
 	uint8_t *rring;
 	uint32_t rring_mask;
 	/* sender side */

@@ -45,6 +45,17 @@ static int shm_ctx_alloc(struct soft_ctx *ctx)
 		tf__free(sc);
 		return -ENOMEM;
 	}
+	sc->seg_cache = ctx->base.cfg.soft_shm_seg_cache < SOFT_MAX_QP
+				? (uint32_t)ctx->base.cfg.soft_shm_seg_cache
+				: SOFT_MAX_QP;
+	if (sc->seg_cache) {
+		sc->spare = tf__calloc(sc->seg_cache, sizeof(*sc->spare));
+		if (!sc->spare) {
+			tf__free(sc->segs);
+			tf__free(sc);
+			return -ENOMEM;
+		}
+	}
 	pthread_mutex_init(&sc->seg_lock, NULL);
 	sc->stash_fd = -1;
 	atomic_store_explicit((void *_Atomic *)&ctx->shm_priv, sc,
@@ -79,6 +90,11 @@ void soft_shm_ctx_fini(struct soft_ctx *ctx)
 	}
 	if (sc->stash_fd >= 0)
 		close(sc->stash_fd);
+	for (uint32_t i = 0; i < sc->n_spare; i++) {
+		munmap(sc->spare[i].seg, sc->spare[i].size);
+		close(sc->spare[i].fd);
+	}
+	tf__free(sc->spare);
 	pthread_mutex_destroy(&sc->seg_lock);
 	tf__free(sc->segs);
 	tf__free(sc);
@@ -86,6 +102,96 @@ void soft_shm_ctx_fini(struct soft_ctx *ctx)
 }
 
 /* ------------------------------------------------------------ segments */
+
+/*
+ * A kept segment of @size for a new QP, its header reset as a new one's,
+ * or NULL.  Only one whose last initiator has given up its claim: that
+ * peer QP is destroyed, so nothing of it reaches the segment any more.
+ * A claim that comes after (a connect with a stale address) fails its
+ * check of the QP number, which stays 0 until soft_shm_qp_addr.
+ */
+static struct shm_seg *spare_take(struct shm_ctx *sc, size_t size, int *fd_p)
+{
+	struct shm_seg *seg = NULL;
+
+	pthread_mutex_lock(&sc->seg_lock);
+	for (uint32_t i = 0; i < sc->n_spare; i++) {
+		struct shm_spare *sp = &sc->spare[i];
+
+		if (sp->size != size ||
+		    atomic_load(&sp->seg->claim_state) != SHM_CLAIM_FREE)
+			continue;
+		seg = sp->seg;
+		*fd_p = sp->fd;
+		memmove(sp, sp + 1, (sc->n_spare - i - 1) * sizeof(*sp));
+		sc->n_spare--;
+		break;
+	}
+	pthread_mutex_unlock(&sc->seg_lock);
+	if (!seg)
+		return NULL;
+	seg->qpn = 0;
+	atomic_store(&seg->conn_set, 0);
+	atomic_store(&seg->conn_qpn, 0);
+	atomic_store(&seg->conn_nonce, 0);
+	atomic_store(&seg->ack_seq, 0);
+	atomic_store(&seg->nak_seq, 0);
+	atomic_store(&seg->nak_status, 0);
+	atomic_store(&seg->nak_gen, 0);
+	atomic_store(&seg->active, 0);
+	atomic_store(&seg->peer_pid, 0);
+	atomic_store(&seg->peer_err, 0);
+	atomic_store(&seg->rnr_go, 0);
+	atomic_store(&seg->tail, 0);
+	atomic_store(&seg->head, 0);
+	atomic_store(&seg->state, SEG_LIVE);
+	return seg;
+}
+
+/* Whether peer context @nonce is attached or kept.  ctx->lock held. */
+static bool peer_known(struct shm_ctx *sc, uint64_t nonce)
+{
+	for (struct shm_peer *p = sc->peers; p; p = p->next)
+		if (p->nonce == nonce && !atomic_load(&p->dead))
+			return true;
+	return false;
+}
+
+/* Keep the segment of a destroyed QP that served peer context @nonce (0:
+ * none) for a new QP (the oldest kept goes if there are too many), or
+ * unmap and close it: it is only worth keeping for a peer that may map
+ * it again. */
+static void spare_put(struct soft_ctx *ctx, struct shm_seg *seg, size_t size,
+		      int fd, uint64_t nonce)
+{
+	struct shm_ctx *sc = ctx->shm_priv;
+	struct shm_spare old = {.seg = NULL};
+
+	pthread_mutex_lock(&ctx->lock);
+	pthread_mutex_lock(&sc->seg_lock);
+	if (sc->seg_cache && nonce && peer_known(sc, nonce)) {
+		if (sc->n_spare == sc->seg_cache) {
+			old = sc->spare[0];
+			memmove(sc->spare, sc->spare + 1,
+				(sc->n_spare - 1) * sizeof(*sc->spare));
+			sc->n_spare--;
+		}
+		sc->spare[sc->n_spare++] =
+			(struct shm_spare){.seg = seg,
+					   .size = size,
+					   .fd = fd,
+					   .peer_nonce = nonce};
+		seg = old.seg;
+		size = old.size;
+		fd = old.fd;
+	}
+	pthread_mutex_unlock(&sc->seg_lock);
+	pthread_mutex_unlock(&ctx->lock);
+	if (seg) {
+		munmap(seg, size);
+		close(fd);
+	}
+}
 
 int soft_shm_qp_init(struct soft_qp *qp)
 {
@@ -105,6 +211,9 @@ int soft_shm_qp_init(struct soft_qp *qp)
 		return ret;
 	sc = ctx->shm_priv;
 	size = SHM_HDR_SIZE + rs;
+	seg = spare_take(sc, size, &fd);
+	if (seg)
+		goto have_seg;
 	fd = memfd_create("tollfree-qp", MFD_CLOEXEC);
 	if (fd < 0) {
 		ret = -errno;
@@ -127,6 +236,7 @@ int soft_shm_qp_init(struct soft_qp *qp)
 	seg->ring_size = (uint32_t)rs;
 	seg->hdr_size = SHM_HDR_SIZE;
 	seg->owner_pid = soft_self_pid(ctx);
+have_seg:
 	qp->shm_seg = seg;
 	qp->shm_seg_fd = fd;
 	qp->shm_seg_size = size;
@@ -165,6 +275,7 @@ void soft_shm_qp_destroy(struct soft_qp *qp)
 {
 	struct shm_ctx *sc = qp->ctx->shm_priv;
 	struct shm_seg *seg = qp->shm_seg;
+	uint64_t nonce;
 
 	if (!seg)
 		return;
@@ -181,8 +292,11 @@ void soft_shm_qp_destroy(struct soft_qp *qp)
 	atomic_store(&seg->state, SEG_DEAD);
 	atomic_thread_fence(memory_order_seq_cst);
 	wait_active(seg, 0);
-	munmap(seg, qp->shm_seg_size);
-	close(qp->shm_seg_fd);
+	/* Unpublished: a peer that keeps it mapped, or connects with a
+	 * stale address, no longer takes it for this QP. */
+	__atomic_store_n(&seg->magic, 0, __ATOMIC_RELEASE);
+	nonce = atomic_load(&seg->conn_set) ? atomic_load(&seg->conn_nonce) : 0;
+	spare_put(qp->ctx, seg, qp->shm_seg_size, qp->shm_seg_fd, nonce);
 	qp->shm_seg = NULL;
 	qp->shm_seg_fd = -1;
 }
@@ -287,6 +401,10 @@ static void peer_free(struct shm_peer *p)
 		munmap(o->base, o->size);
 		tf__free(o);
 	}
+	for (uint32_t i = 0; i < p->n_seg_maps; i++)
+		if (p->seg_maps[i].seg)
+			munmap(p->seg_maps[i].seg, p->seg_maps[i].size);
+	tf__free(p->seg_maps);
 	if (p->ctl)
 		munmap(p->ctl, SOFT_PAGE_SIZE);
 	if (p->tpt)
@@ -309,6 +427,9 @@ static size_t peer_bytes(const struct shm_peer *p)
 			n += p->map[i].size;
 	for (const struct shm_old_map *o = p->old_maps; o; o = o->next)
 		n += o->size;
+	for (uint32_t i = 0; i < p->n_seg_maps; i++)
+		if (p->seg_maps[i].seg)
+			n += p->seg_maps[i].size;
 	return n;
 }
 
@@ -318,6 +439,31 @@ static bool peer_closed(const struct shm_peer *p)
 	return __atomic_load_n(&p->tpt->magic, __ATOMIC_ACQUIRE) !=
 		       SOFT_TPT_MAGIC ||
 	       p->tpt->ctx_nonce != p->nonce;
+}
+
+/* Let go of the kept segments that served peer context @nonce.
+ * ctx->lock held. */
+static void spare_drop(struct shm_ctx *sc, uint64_t nonce)
+{
+	struct shm_spare drop[64];
+	uint32_t n, j;
+
+	do {
+		n = j = 0;
+		pthread_mutex_lock(&sc->seg_lock);
+		for (uint32_t i = 0; i < sc->n_spare; i++) {
+			if (sc->spare[i].peer_nonce == nonce && n < 64)
+				drop[n++] = sc->spare[i];
+			else
+				sc->spare[j++] = sc->spare[i];
+		}
+		sc->n_spare = j;
+		pthread_mutex_unlock(&sc->seg_lock);
+		for (uint32_t i = 0; i < n; i++) {
+			munmap(drop[i].seg, drop[i].size);
+			close(drop[i].fd);
+		}
+	} while (n == 64);
 }
 
 /* Unlink kept peer @p and free it.  ctx->lock held. */
@@ -331,6 +477,7 @@ static void idle_drop(struct shm_ctx *sc, struct shm_peer *p)
 	}
 	sc->idle_bytes -= p->bytes;
 	atomic_fetch_sub_explicit(&sc->n_idle, 1, memory_order_relaxed);
+	spare_drop(sc, p->nonce);
 	peer_free(p);
 }
 
@@ -760,6 +907,100 @@ static int own_conn_set(struct soft_qp *qp)
 
 /* ------------------------------------------------------------ connect */
 
+/* Whether @rs, mapped with @size bytes, is the published segment of the
+ * peer QP of @a. */
+static bool seg_matches(const struct shm_seg *rs, size_t size,
+			const struct soft_peer_addr *a)
+{
+	return __atomic_load_n(&rs->magic, __ATOMIC_ACQUIRE) == SHM_SEG_MAGIC &&
+	       rs->version == SHM_SEG_VERSION && rs->qpn == a->qpn &&
+	       rs->ctx_nonce == a->ctx_nonce && rs->hdr_size == SHM_HDR_SIZE &&
+	       rs->ring_size >= 4096 &&
+	       !(rs->ring_size & (rs->ring_size - 1)) &&
+	       (size_t)rs->ring_size + SHM_HDR_SIZE == size;
+}
+
+/*
+ * The peer's segment at its fd @a->qp_fd if we keep it mapped and it now
+ * serves the peer QP of @a (the peer reused it: the header names that QP,
+ * whose number no earlier QP of the context had).  A kept mapping that
+ * does not is unmapped: the peer has given that fd to another file, or to
+ * none.  ctx->lock held.
+ */
+static struct shm_seg_map *seg_map_find(struct shm_peer *p,
+					const struct soft_peer_addr *a)
+{
+	for (uint32_t i = 0; i < p->n_seg_maps; i++) {
+		struct shm_seg_map *m = &p->seg_maps[i];
+
+		if (!m->seg || m->fd != a->qp_fd)
+			continue;
+		if (m->busy)
+			return NULL;
+		if (seg_matches(m->seg, m->size, a)) {
+			m->busy = true;
+			m->last_use = ++p->sc->use_clock;
+			return m;
+		}
+		munmap(m->seg, m->size);
+		m->seg = NULL;
+		return NULL;
+	}
+	return NULL;
+}
+
+/* Keep the mapping @rs of the peer's fd @fd for later QPs, if there is
+ * room (the least recently used idle one goes): its entry, busy, or NULL.
+ * ctx->lock held. */
+static struct shm_seg_map *seg_map_add(struct shm_peer *p, struct shm_seg *rs,
+				       size_t size, int32_t fd)
+{
+	uint32_t cap = p->sc->seg_cache;
+	struct shm_seg_map *m = NULL;
+
+	if (!cap)
+		return NULL;
+	if (!p->seg_maps) {
+		p->seg_maps = tf__calloc(cap, sizeof(*p->seg_maps));
+		if (!p->seg_maps)
+			return NULL;
+	}
+	for (uint32_t i = 0; i < p->n_seg_maps && !m; i++)
+		if (!p->seg_maps[i].seg)
+			m = &p->seg_maps[i];
+	if (!m && p->n_seg_maps < cap)
+		m = &p->seg_maps[p->n_seg_maps++];
+	for (uint32_t i = 0; i < p->n_seg_maps && !m; i++) {
+		struct shm_seg_map *q = &p->seg_maps[i];
+
+		if (!q->busy && (!m || q->last_use < m->last_use))
+			m = q;
+	}
+	if (!m)
+		return NULL;
+	if (m->seg)
+		munmap(m->seg, m->size);
+	*m = (struct shm_seg_map){.seg = rs,
+				  .size = size,
+				  .fd = fd,
+				  .busy = true,
+				  .last_use = ++p->sc->use_clock};
+	return m;
+}
+
+/* Done with the peer's segment: kept mapped, or unmapped. */
+static void seg_unmap(struct soft_ctx *ctx, struct shm_qp *s)
+{
+	if (s->rmap) {
+		pthread_mutex_lock(&ctx->lock);
+		s->rmap->busy = false;
+		pthread_mutex_unlock(&ctx->lock);
+		s->rmap = NULL;
+	} else {
+		munmap(s->rseg, s->rseg_size);
+	}
+}
+
 int soft_shm_connect(struct soft_qp *qp)
 {
 	struct soft_ctx *ctx = qp->ctx;
@@ -786,9 +1027,17 @@ int soft_shm_connect(struct soft_qp *qp)
 		goto err_free;
 	pthread_mutex_lock(&ctx->lock);
 	ret = peer_get(ctx, a, &s->peer);
+	if (!ret)
+		s->rmap = seg_map_find(s->peer, a);
 	pthread_mutex_unlock(&ctx->lock);
 	if (ret)
 		goto err_conn;
+	if (s->rmap) {
+		rs = s->rmap->seg;
+		s->rseg = rs;
+		s->rseg_size = s->rmap->size;
+		goto have_seg;
+	}
 	fd = peer_fd(s->peer, a->qp_fd, &st);
 	if (fd < 0) {
 		if (fd == -ESRCH)
@@ -812,11 +1061,7 @@ int soft_shm_connect(struct soft_qp *qp)
 		goto err_peer;
 	}
 	s->rseg = rs;
-	if (rs->magic != SHM_SEG_MAGIC || rs->version != SHM_SEG_VERSION ||
-	    rs->qpn != a->qpn || rs->ctx_nonce != a->ctx_nonce ||
-	    rs->hdr_size != SHM_HDR_SIZE || rs->ring_size < 4096 ||
-	    (rs->ring_size & (rs->ring_size - 1)) ||
-	    (size_t)rs->ring_size + SHM_HDR_SIZE != s->rseg_size) {
+	if (!seg_matches(rs, s->rseg_size, a)) {
 		tf_log_error(SOFT_SUBSYS,
 			     "shm: peer qp %#x segment does not match its "
 			     "address",
@@ -824,10 +1069,17 @@ int soft_shm_connect(struct soft_qp *qp)
 		ret = -TF_EPEER;
 		goto err_unmap;
 	}
+	pthread_mutex_lock(&ctx->lock);
+	s->rmap = seg_map_add(s->peer, rs, s->rseg_size, a->qp_fd);
+	pthread_mutex_unlock(&ctx->lock);
+have_seg:
 	/* One initiator per QP, and its peer must be us: claim first, then
-	 * read the owner's record (Dekker with own_conn_set of the owner). */
+	 * read the owner's record (Dekker with own_conn_set of the owner).
+	 * Then the header must still name the QP: the owner reuses a
+	 * segment only once no claim is left, and unpublishes it before. */
 	ret = claim(rs, qp);
-	if (!ret && !shm_peer_is_us(rs, qp, false)) {
+	if (!ret && (!shm_peer_is_us(rs, qp, false) ||
+		     !seg_matches(rs, s->rseg_size, a))) {
 		unclaim(rs, qp);
 		ret = -EISCONN;
 	}
@@ -855,7 +1107,7 @@ int soft_shm_connect(struct soft_qp *qp)
 	return 0;
 
 err_unmap:
-	munmap(rs, s->rseg_size);
+	seg_unmap(ctx, s);
 err_peer:
 	pthread_mutex_lock(&ctx->lock);
 	peer_put(ctx, s->peer);
@@ -887,7 +1139,7 @@ void soft_shm_qp_fini(struct soft_qp *qp)
 	/* The peer QP may take another initiator now (it still refuses
 	 * any but us: its conn_* record stays). */
 	unclaim(s->rseg, qp);
-	munmap(s->rseg, s->rseg_size);
+	seg_unmap(ctx, s);
 	pthread_mutex_lock(&ctx->lock);
 	peer_put(ctx, s->peer);
 	pthread_mutex_unlock(&ctx->lock);

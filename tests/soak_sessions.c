@@ -278,8 +278,9 @@ static void res_snap(struct server *v, struct res *r)
  * Make progress until the fd count has been the same for 200 ms (at most
  * 5 s), so that a snapshot counts no descriptor on its way out: the soft
  * shm transport keeps a peer context (with a pidfd) after its last QP and
- * lets it go at a liveness sweep in a progress call (every 5 ms) once the
- * peer process has exited; the soft tcp transport closes lingering
+ * lets it go at a liveness sweep in a progress call (one call in 64, at
+ * most every 5 ms) once the peer process has exited: the count must hold
+ * for 200 ms and 256 calls; the soft tcp transport closes lingering
  * sockets within 2 s.  Without this, a warm-up client's kept context
  * could be counted at the start and swept before the end, hiding one fd.
  * A leaked fd does not go away by making progress.
@@ -287,17 +288,20 @@ static void res_snap(struct server *v, struct res *r)
 static void settle(struct server *v)
 {
 	uint64_t t0 = ft_now_ms(), same = t0;
-	int last = ft_count_fds();
+	int last = ft_count_fds(), calls = 0;
 
-	while (ft_now_ms() - t0 < 5000 && ft_now_ms() - same < 200) {
+	while (ft_now_ms() - t0 < 5000 &&
+	       (ft_now_ms() - same < 200 || calls < 256)) {
 		int n;
 
 		tf_context_progress(v->ctx);
+		calls++;
 		usleep(1000);
 		n = ft_count_fds();
 		if (n != last) {
 			last = n;
 			same = ft_now_ms();
+			calls = 0;
 		}
 	}
 }

@@ -216,15 +216,22 @@ static void check_clean(struct surv *v, const char *phase)
 	uint64_t t0 = ft_now_ms();
 	struct base b;
 	tf_pool_stats_t ps;
+	int calls = 0;
 
 	/* The soft tcp transport lets a failed connection linger (up to 2
 	 * s, during progress calls) to drain a queued NAK before it closes
-	 * the socket; give it that time, progressing. */
+	 * the socket; the soft shm transport lets the dead victim's kept
+	 * context (its pidfd, and the victim's wake eventfd) go at a
+	 * liveness sweep, in one progress call of 64.  Give them that time
+	 * and that many calls (a loaded machine makes fewer in the time),
+	 * progressing: a leaked fd does not go away by making progress. */
 	for (;;) {
 		snap(v, &b);
-		if (b.fds == v->b0.fds || ft_now_ms() - t0 > LINGER_MS)
+		if (b.fds == v->b0.fds ||
+		    (ft_now_ms() - t0 > LINGER_MS && calls >= 1024))
 			break;
 		tf_context_progress(v->ctx);
+		calls++;
 		usleep(1000);
 	}
 	if (b.fds != v->b0.fds)

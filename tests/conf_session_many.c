@@ -262,6 +262,10 @@ int main(void)
 			 * sample with it full, as at the end. */
 			st_stock_settle(node);
 			sample(&p, &s0);
+			/* Neither side starts the next session (or, at the
+			 * end, destroys its listener, which ends the client's
+			 * kept connection) while the other samples. */
+			tf_test_sync(&p);
 			t0 = now_s();
 		}
 		if (p.side == TF_SIDE_B) {
@@ -305,6 +309,7 @@ int main(void)
 	}
 	st_stock_settle(node);
 	sample(&p, &s1);
+	tf_test_sync(&p);
 	{
 		tf_node_stats_t st;
 

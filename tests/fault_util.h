@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -27,6 +28,27 @@ static inline uint64_t ft_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/*
+ * Milliseconds the calling thread has spent runnable but waiting for a
+ * CPU (the second field of /proc/thread-self/schedstat), 0 where the
+ * kernel does not tell.  A bound on how long a call takes may leave this
+ * out: on a loaded machine a thread woken in time can wait seconds for a
+ * CPU, which is the machine's delay, not the library's; a call that
+ * sleeps too long, or spins, is still caught.
+ */
+static inline uint64_t ft_cpu_wait_ms(void)
+{
+	FILE *f = fopen("/proc/thread-self/schedstat", "r");
+	unsigned long long run = 0, wait = 0;
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%llu %llu", &run, &wait) != 2)
+		wait = 0;
+	fclose(f);
+	return wait / 1000000;
 }
 
 /* Open file descriptors of this process (the directory's own excluded). */

@@ -6,6 +6,7 @@
 #define TF_SESSION_UTIL_H
 
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tf_test.h"
@@ -13,6 +14,14 @@
 /* Wait until the node's stock of connection resources is full (it is
  * made by a background thread), so that what a test measures as its
  * baseline (fds, locked memory, objects) does not move under it. */
+static inline int64_t st_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static inline void st_stock_settle(tf_node_t *node)
 {
 	tf_node_stats_t st;
@@ -98,9 +107,20 @@ static inline int st_serve(tf_session_t *s)
 static inline void st_expect(tf_session_t *s, uint64_t wr_id,
 			     enum tf_wc_status status, struct tf_wc *out)
 {
+	int64_t end_ms = st_now_ms() + 4 * (int64_t)tf_test_timeout_ms();
 	struct tf_wc wc;
-	int n = tf_session_wait(s, 1, &wc, 4 * tf_test_timeout_ms());
+	int n;
 
+	/* tf_session_wait returns 0 early when the peer closes or the
+	 * session breaks, which may be seen before the completion of work
+	 * posted earlier (the peer's CLOSE and the transport's ack or NAK
+	 * travel apart): every signaled work request still completes, so
+	 * wait again, within the same deadline. */
+	do {
+		int64_t left = end_ms - st_now_ms();
+
+		n = tf_session_wait(s, 1, &wc, left > 0 ? (int)left : 0);
+	} while (n == 0 && st_now_ms() < end_ms);
 	CHECKF(n == 1, "no completion for wr_id %llu (%d)",
 	       (unsigned long long)wr_id, n);
 	CHECKF(wc.wr_id == wr_id && wc.status == status,

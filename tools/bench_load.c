@@ -32,6 +32,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -54,6 +55,12 @@ const struct load_mode load_modes[] = {
 	{"tcp-crr-spin", LK_TCP_CRR, false, true},
 };
 
+/* The rows of the tollfree modes' runs with --hog. */
+static const char *const hog_names[LOAD_NMODES] = {
+	"pool+mw/reuse+hog",
+	"pool+mw/new+hog",
+};
+
 /* The clients start a mode this long after the command, so that every
  * thread is created (and tcp-rr connected) when the window opens. */
 #define LOAD_START_NS (200ull * 1000 * 1000)
@@ -70,11 +77,14 @@ static void usage_load(FILE *f)
 		"          [--rate R] [-d SECONDS] [-k K] [-s SIZE] "
 		"[--modes LIST] [--provider P] [--device D]\n"
 		"          [--transport shm|tcp|auto] [--csv] [--json FILE] "
-		"[--plot FILE.svg]\n"
+		"[--plot FILE.svg] [--hog[=N]]\n"
 		"  defaults: 2 client processes x 2 threads, 1 server "
 		"thread, server-wait spin, closed loop\n"
 		"  (--rate: sessions/s per client thread, open loop), 3 s "
 		"per mode, K 4 writes of SIZE 1K,\n"
+		"  --hog: a client from " LOAD_HOG_ADDR " holds N sessions "
+		"(default: the per-address bound) and asks for more;\n"
+		"  each tollfree mode runs without it, then with it\n"
 		"  every mode: ",
 		prog);
 	for (size_t i = 0; i < LOAD_NMODES; i++)
@@ -124,6 +134,34 @@ static int parse_count(const char *arg, const char *what, unsigned max,
 	return 0;
 }
 
+/* Most sessions --hog=N holds. */
+#define LOAD_MAX_HOG 65536
+
+/* --hog: the server keeps the library's bound of sessions per client
+ * address, or the user's TOLLFREE_SESSION_MAX_SESSIONS_PEER; the normal
+ * clients (N * T sessions open at most, all from 127.0.0.1) must stay
+ * under it, or the run would measure their own refusals. */
+static int hog_bound(struct load_opts *o)
+{
+	const char *v = getenv("TOLLFREE_SESSION_MAX_SESSIONS_PEER");
+
+	o->bound = LOAD_DEFAULT_PEER_BOUND;
+	if (v && *v &&
+	    parse_count(v, "TOLLFREE_SESSION_MAX_SESSIONS_PEER", UINT_MAX - 1,
+			&o->bound))
+		return -1;
+	if (o->hog == UINT_MAX)
+		o->hog = o->bound < LOAD_MAX_HOG ? o->bound : LOAD_MAX_HOG;
+	if (o->clients * o->threads > o->bound) {
+		fail("--hog: %u clients x %u threads is more than the "
+		     "per-address bound of %u sessions (set "
+		     "TOLLFREE_SESSION_MAX_SESSIONS_PEER higher, or run fewer)",
+		     o->clients, o->threads, o->bound);
+		return -1;
+	}
+	return 0;
+}
+
 enum {
 	OPT_MODES = OPT_OWN,
 	OPT_PLOT,
@@ -132,6 +170,7 @@ enum {
 	OPT_SERVER_THREADS,
 	OPT_SERVER_WAIT,
 	OPT_RATE,
+	OPT_HOG,
 };
 
 static const struct option load_long[] = {
@@ -144,6 +183,7 @@ static const struct option load_long[] = {
 	{"server-threads", required_argument, NULL, OPT_SERVER_THREADS},
 	{"server-wait", required_argument, NULL, OPT_SERVER_WAIT},
 	{"rate", required_argument, NULL, OPT_RATE},
+	{"hog", optional_argument, NULL, OPT_HOG},
 	BENCH_COMMON_OPTS,
 	BENCH_TRANSPORT_OPT,
 	{"plot", required_argument, NULL, OPT_PLOT},
@@ -213,6 +253,13 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 				return -1;
 			}
 			break;
+		case OPT_HOG:
+			/* UINT_MAX: the bound, known once parsing is done. */
+			o->hog = UINT_MAX;
+			if (optarg && parse_count(optarg, "hog sessions",
+						  LOAD_MAX_HOG, &o->hog))
+				return -1;
+			break;
 		case OPT_PLOT:
 			o->plot = optarg;
 			break;
@@ -238,7 +285,7 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 		     CRR_MAX_SIZE);
 		return -1;
 	}
-	return 0;
+	return o->hog ? hog_bound(o) : 0;
 }
 
 /* ============================================================ the run */
@@ -250,10 +297,14 @@ struct run {
 	pid_t cli[LOAD_MAX_CLIENTS];
 	int ch[LOAD_MAX_CLIENTS];
 	unsigned ncli;
+	pid_t hog;
+	int hog_ch;
 	uint16_t port, tcp;
-	/* Per mode, merged: samples (ns) of the total and each phase. */
-	double *v[LOAD_NMODES][LS_COUNT];
-	size_t n[LOAD_NMODES];
+	/* Per mode, without [0] and with [1] the hog, merged: samples (ns)
+	 * of the total and each phase. */
+	double *v[2][LOAD_NMODES][LS_COUNT];
+	size_t n[2][LOAD_NMODES];
+	struct load_hog_res hres[LOAD_NMODES];
 };
 
 static int ctl_cmd(struct run *rn, uint32_t cmd, uint32_t arg,
@@ -311,6 +362,45 @@ static int start_server(struct run *rn)
 	return 0;
 }
 
+/* The hog's process.  The parent has made no tf_ call yet (its context
+ * is opened after the forks), so the child's library reads its
+ * configuration, with the source address set here, when it opens its
+ * context. */
+static int start_hog(struct run *rn)
+{
+	int sv[2], ret;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+		fail("socketpair: %m");
+		return -1;
+	}
+	fflush(NULL);
+	rn->hog = fork();
+	if (rn->hog < 0) {
+		fail("fork: %m");
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
+	if (rn->hog == 0) {
+		close(sv[0]);
+		close(rn->ctl);
+		for (unsigned j = 0; j < rn->ncli; j++)
+			close(rn->ch[j]);
+		prog = "tollfree-bench (hog)";
+		if (setenv("TOLLFREE_SESSION_SOURCE_ADDR", LOAD_HOG_ADDR, 1)) {
+			fail("hog: setenv: %m");
+			_exit(1);
+		}
+		ret = load_hog(rn->o, sv[1], rn->port);
+		fflush(NULL);
+		_exit(ret ? 1 : 0);
+	}
+	close(sv[1]);
+	rn->hog_ch = sv[0];
+	return 0;
+}
+
 static int start_clients(struct run *rn)
 {
 	for (unsigned i = 0; i < rn->o->clients; i++) {
@@ -346,17 +436,17 @@ static int start_clients(struct run *rn)
 		rn->cli[rn->ncli] = pid;
 		rn->ch[rn->ncli++] = sv[0];
 	}
-	return 0;
+	return rn->o->hog ? start_hog(rn) : 0;
 }
 
 /* Read one client's results for @md and append them to the mode's. */
-static int take_results(struct run *rn, unsigned md, int ch,
+static int take_results(struct run *rn, unsigned md, unsigned h, int ch,
 			struct load_res *res)
 {
 	/* A client's window ends at t_end plus its last session, which a
 	 * stalled peer may stretch to a timeout per transfer. */
 	int tmo = (int)(rn->o->duration_s * 1000) + 4 * CRR_TIMEOUT_MS;
-	size_t base = rn->n[md];
+	size_t base = rn->n[h][md];
 	int ret;
 
 	ret = sock_full(ch, res, sizeof(*res), false, tmo);
@@ -368,23 +458,23 @@ static int take_results(struct run *rn, unsigned md, int ch,
 	if (res->n > (uint64_t)1 << 32)
 		return -EPROTO;
 	for (int s = 0; s < LS_COUNT; s++) {
-		double *v = realloc(rn->v[md][s],
+		double *v = realloc(rn->v[h][md][s],
 				    (base + res->n + 1) * sizeof(double));
 
 		if (!v)
 			return -ENOMEM;
-		rn->v[md][s] = v;
+		rn->v[h][md][s] = v;
 		ret = sock_full(ch, v + base, res->n * sizeof(double), false,
 				CRR_TIMEOUT_MS);
 		if (ret)
 			return ret;
 	}
-	rn->n[md] = base + res->n;
+	rn->n[h][md] = base + res->n;
 	return 0;
 }
 
-/* Run mode @md on every client; fill @row. */
-static int run_mode(struct run *rn, unsigned md, unsigned done_s,
+/* Run mode @md on every client, and the hog's when @h; fill @row. */
+static int run_mode(struct run *rn, unsigned md, unsigned h, unsigned done_s,
 		    unsigned total_s, bool bar, struct bench_row *row)
 {
 	const struct load_opts *o = rn->o;
@@ -405,6 +495,14 @@ static int run_mode(struct run *rn, unsigned md, unsigned done_s,
 				CRR_TIMEOUT_MS);
 		if (ret) {
 			fail("client %u is gone: %s", i, tf_strerror(ret));
+			return ret;
+		}
+	}
+	if (h) {
+		ret = sock_full(rn->hog_ch, &cmd, sizeof(cmd), true,
+				CRR_TIMEOUT_MS);
+		if (ret) {
+			fail("the hog is gone: %s", tf_strerror(ret));
 			return ret;
 		}
 	}
@@ -434,7 +532,7 @@ static int run_mode(struct run *rn, unsigned md, unsigned done_s,
 	for (unsigned i = 0; i < rn->ncli; i++) {
 		struct load_res res;
 
-		ret = take_results(rn, md, rn->ch[i], &res);
+		ret = take_results(rn, md, h, rn->ch[i], &res);
 		if (ret) {
 			fail("no results from client %u: %s", i,
 			     tf_strerror(ret));
@@ -447,27 +545,46 @@ static int run_mode(struct run *rn, unsigned md, unsigned done_s,
 		if (!err[0] && res.err[0])
 			memcpy(err, res.err, sizeof(err));
 	}
+	if (h) {
+		struct load_hog_res *hr = &rn->hres[md];
+
+		/* Its last connect may take up to a peer's timeout, its
+		 * closes as long again. */
+		ret = sock_full(rn->hog_ch, hr, sizeof(*hr), false,
+				4 * CRR_TIMEOUT_MS);
+		if (ret) {
+			fail("no results from the hog: %s", tf_strerror(ret));
+			return ret;
+		}
+		hr->err[sizeof(hr->err) - 1] = '\0';
+		if (hr->failed)
+			fail("%s: the hog had %" PRIu64 " failures that were "
+			     "not refusals (first: %s)",
+			     load_modes[md].name, hr->failed, hr->err);
+	}
 	if (bar)
 		progress_bar((done_s + o->duration_s) * 10, total_s * 10,
 			     load_modes[md].name);
 	/* The window closes at t_end, or when the last session that
 	 * started in it ended. */
 	secs = (double)((last > cmd.t_end ? last : cmd.t_end) - cmd.t0) / 1e9;
-	row->op = load_modes[md].name;
+	row->op = h ? hog_names[md] : load_modes[md].name;
 	row->size = o->size;
-	row->iters = (unsigned)rn->n[md];
+	row->iters = (unsigned)rn->n[h][md];
 	/* Sessions an open loop never started count as failed: the load
 	 * asked for them. */
 	row->failed = failed + missed;
-	row->rate = (double)rn->n[md] / secs;
-	row->server_cpu = rn->n[md] ? (double)(rep1.cpu_ns - rep0.cpu_ns) /
-					      (double)rn->n[md]
-				    : 0;
-	row->phases[PH_CONNECT] = median_of(rn->v[md][LS_CONNECT], rn->n[md]);
-	row->phases[PH_PREPARE] = median_of(rn->v[md][LS_PREPARE], rn->n[md]);
-	row->phases[PH_MOVE] = median_of(rn->v[md][LS_MOVE], rn->n[md]);
-	row->phases[PH_CLOSE] = median_of(rn->v[md][LS_CLOSE], rn->n[md]);
-	stats_compute(rn->v[md][LS_TOTAL], rn->n[md], &row->st);
+	row->rate = (double)rn->n[h][md] / secs;
+	row->server_cpu = rn->n[h][md] ? (double)(rep1.cpu_ns - rep0.cpu_ns) /
+						 (double)rn->n[h][md]
+				       : 0;
+	row->phases[PH_CONNECT] =
+		median_of(rn->v[h][md][LS_CONNECT], rn->n[h][md]);
+	row->phases[PH_PREPARE] =
+		median_of(rn->v[h][md][LS_PREPARE], rn->n[h][md]);
+	row->phases[PH_MOVE] = median_of(rn->v[h][md][LS_MOVE], rn->n[h][md]);
+	row->phases[PH_CLOSE] = median_of(rn->v[h][md][LS_CLOSE], rn->n[h][md]);
+	stats_compute(rn->v[h][md][LS_TOTAL], rn->n[h][md], &row->st);
 	/* Failures are part of the result: said here, on stderr, and in
 	 * the table's column. */
 	if (failed)
@@ -496,6 +613,14 @@ static void stop_all(struct run *rn, bool kill_them)
 				  CRR_TIMEOUT_MS);
 		close(rn->ch[i]);
 	}
+	if (rn->hog > 0) {
+		if (kill_them)
+			kill(rn->hog, SIGTERM);
+		else
+			sock_full(rn->hog_ch, &quit, sizeof(quit), true,
+				  CRR_TIMEOUT_MS);
+		close(rn->hog_ch);
+	}
 	if (rn->server > 0) {
 		if (kill_them) {
 			kill(rn->server, SIGTERM);
@@ -508,6 +633,9 @@ static void stop_all(struct run *rn, bool kill_them)
 	}
 	for (unsigned i = 0; i < rn->ncli; i++)
 		while (waitpid(rn->cli[i], &status, 0) < 0 && errno == EINTR)
+			;
+	if (rn->hog > 0)
+		while (waitpid(rn->hog, &status, 0) < 0 && errno == EINTR)
 			;
 	if (rn->server > 0)
 		while (waitpid(rn->server, &status, 0) < 0 && errno == EINTR)
@@ -554,35 +682,102 @@ static void print_ratios(const struct report *r, bool spin, FILE *f)
 	}
 }
 
-static int load_report(struct run *rn, struct report *r, bool bar)
+/* --hog: the with-over-without ratios, the hog's counts, and the same in
+ * the JSON (appended to @json, which the header's fields start). */
+static void print_hog(struct run *rn, const struct report *r, char *json,
+		      size_t jsz)
+{
+	const struct load_opts *o = rn->o;
+	uint64_t refused = 0, held = 0;
+	size_t jl = strlen(json);
+
+	printf("hog: %u sessions asked for from %s, per-address bound %u "
+	       "(%s)\n",
+	       o->hog, LOAD_HOG_ADDR, o->bound,
+	       getenv("TOLLFREE_SESSION_MAX_SESSIONS_PEER")
+		       ? "TOLLFREE_SESSION_MAX_SESSIONS_PEER"
+		       : "the library's default");
+	for (unsigned md = 0; md < LOAD_NMODES; md++) {
+		const struct bench_row *a = NULL, *b = NULL;
+
+		if (!(o->modes & (1u << md)) || load_modes[md].kind != LK_TF)
+			continue;
+		for (size_t i = 0; i < r->nrows; i++) {
+			if (!strcmp(r->rows[i].op, load_modes[md].name))
+				a = &r->rows[i];
+			if (!strcmp(r->rows[i].op, hog_names[md]))
+				b = &r->rows[i];
+		}
+		if (!a || !b)
+			continue;
+		refused += rn->hres[md].refused;
+		if (rn->hres[md].held > held)
+			held = rn->hres[md].held;
+		if (a->st.p99 > 0)
+			printf("  p99 with hog over without: %s %.2f\n",
+			       load_modes[md].name, b->st.p99 / a->st.p99);
+		printf("  hog in %s: held %" PRIu64 " sessions, %" PRIu64
+		       " refused\n",
+		       load_modes[md].name, rn->hres[md].held,
+		       rn->hres[md].refused);
+		if (jl < jsz)
+			jl += (size_t)snprintf(
+				json + jl, jsz - jl, "%s\"%s\":%.3f",
+				strstr(json, "\"p99_us_hog\":{")
+					? ","
+					: ",\"p99_us_hog\":{",
+				load_modes[md].name, b->st.p99 / 1e3);
+	}
+	if (strstr(json, "\"p99_us_hog\":{") && jl < jsz)
+		jl += (size_t)snprintf(json + jl, jsz - jl, "}");
+	if (jl < jsz)
+		snprintf(json + jl, jsz - jl,
+			 ",\"hog\":%u,\"hog_refused\":%" PRIu64
+			 ",\"hog_held\":%" PRIu64 ",\"hog_bound\":%u",
+			 o->hog, refused, held, o->bound);
+	printf("  hog: %" PRIu64 " refused in all, at most %" PRIu64
+	       " held (TCP modes run without the hog: no such bound)\n",
+	       refused, held);
+}
+
+static int load_report(struct run *rn, struct report *r, bool bar, char *json,
+		       size_t jsz)
 {
 	const struct load_opts *o = rn->o;
 	unsigned total_s = 0, done_s = 0;
-	double *sorted[LOAD_NMODES];
-	size_t ns[LOAD_NMODES];
+	double *sorted[2 * LOAD_NMODES];
+	size_t ns[2 * LOAD_NMODES];
 	uint64_t failed = 0;
 	int ret = 0;
 
 	for (unsigned md = 0; md < LOAD_NMODES; md++)
 		if (o->modes & (1u << md))
-			total_s += o->duration_s;
+			total_s += o->duration_s *
+				   (o->hog && load_modes[md].kind == LK_TF ? 2
+									   : 1);
 	for (unsigned md = 0; md < LOAD_NMODES; md++) {
-		struct bench_row row = {0};
+		unsigned runs = o->hog && load_modes[md].kind == LK_TF ? 2 : 1;
 
 		if (!(o->modes & (1u << md)))
 			continue;
-		ret = run_mode(rn, md, done_s, total_s, bar, &row);
-		if (ret)
-			return ret;
-		done_s += o->duration_s;
-		failed += row.failed;
-		sorted[r->nrows] = rn->v[md][LS_TOTAL];
-		ns[r->nrows] = rn->n[md];
-		ret = report_add(r, &row);
-		if (ret)
-			return ret;
+		for (unsigned h = 0; h < runs; h++) {
+			struct bench_row row = {0};
+
+			ret = run_mode(rn, md, h, done_s, total_s, bar, &row);
+			if (ret)
+				return ret;
+			done_s += o->duration_s;
+			failed += row.failed;
+			sorted[r->nrows] = rn->v[h][md][LS_TOTAL];
+			ns[r->nrows] = rn->n[h][md];
+			ret = report_add(r, &row);
+			if (ret)
+				return ret;
+		}
 	}
 	report_emit(r, o->cm.csv ? OUT_CSV : OUT_TEXT, stdout);
+	if (o->hog)
+		print_hog(rn, r, json, jsz);
 	if (!o->cm.csv) {
 		print_ratios(r, !o->server_sleep, stdout);
 		if (failed)
@@ -608,10 +803,11 @@ int cmd_load(int argc, char **argv)
 		.size = 1024,
 		.modes = (1u << LOAD_NMODES) - 1,
 	};
-	struct run rn = {.o = &o, .server = -1, .ctl = -1};
+	struct run rn = {
+		.o = &o, .server = -1, .ctl = -1, .hog = -1, .hog_ch = -1};
 	struct report r = {
 		.bench = "load", .layout = LAYOUT_MODES, .load = true};
-	char extra[320], json_extra[256], loop[48];
+	char extra[400], json_extra[512], loop[48], hogl[96] = "";
 	tf_context_t *ctx = NULL;
 	int ret;
 
@@ -630,6 +826,10 @@ int cmd_load(int argc, char **argv)
 		stop_all(&rn, true);
 		return 1;
 	}
+	if (o.hog)
+		snprintf(hogl, sizeof(hogl),
+			 "\n%shog: %u sessions from %s  per-address bound: %u",
+			 o.cm.csv ? "# " : "", o.hog, LOAD_HOG_ADDR, o.bound);
 	if (o.rate > 0)
 		snprintf(loop, sizeof(loop), "open loop, %g sessions/s/thread",
 			 o.rate);
@@ -638,13 +838,13 @@ int cmd_load(int argc, char **argv)
 	snprintf(extra, sizeof(extra),
 		 "\n%sclients: %u x %u threads  server threads: %u  "
 		 "server-wait: %s  %s%s\n%sK: %u  S: %" PRIu64
-		 " B  duration/mode: %u s",
+		 " B  duration/mode: %u s%s",
 		 o.cm.csv ? "# " : "", o.clients, o.threads, o.sthreads,
 		 o.server_sleep ? "sleep" : "spin", loop,
 		 o.sthreads == 1 && o.clients * o.threads == 1
 			 ? "  (pinned: first two CPUs)"
 			 : "",
-		 o.cm.csv ? "# " : "", o.k, o.size, o.duration_s);
+		 o.cm.csv ? "# " : "", o.k, o.size, o.duration_s, hogl);
 	snprintf(json_extra, sizeof(json_extra),
 		 ",\"clients\":%u,\"threads\":%u,\"server_threads\":%u,"
 		 "\"server_wait\":\"%s\",\"rate_per_thread\":%g,"
@@ -658,11 +858,13 @@ int cmd_load(int argc, char **argv)
 		      o.cm.csv ? OUT_CSV : OUT_TEXT);
 	tf_context_close(ctx);
 	fflush(stdout);
-	ret = load_report(&rn, &r, isatty(STDERR_FILENO));
+	ret = load_report(&rn, &r, isatty(STDERR_FILENO), json_extra,
+			  sizeof(json_extra));
 	stop_all(&rn, ret != 0);
-	for (unsigned md = 0; md < LOAD_NMODES; md++)
-		for (int s = 0; s < LS_COUNT; s++)
-			free(rn.v[md][s]);
+	for (unsigned h = 0; h < 2; h++)
+		for (unsigned md = 0; md < LOAD_NMODES; md++)
+			for (int s = 0; s < LS_COUNT; s++)
+				free(rn.v[h][md][s]);
 	free(r.rows);
 	return ret ? 1 : 0;
 }

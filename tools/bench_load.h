@@ -45,6 +45,22 @@ struct load_opts {
 	double rate;	   /* --rate: sessions/s per thread; 0: closed loop */
 	unsigned modes;	   /* bit per load_modes[] entry */
 	bool server_sleep; /* --server-wait sleep */
+	unsigned hog;	   /* --hog: sessions the hog holds; 0: no hog */
+	unsigned bound;	   /* --hog: the server's per-address bound */
+};
+
+/* The library's default TOLLFREE_SESSION_MAX_SESSIONS_PEER, which the
+ * server keeps in a --hog run unless the user set the variable. */
+#define LOAD_DEFAULT_PEER_BOUND 256
+/* The hog's source address (the clients' is 127.0.0.1). */
+#define LOAD_HOG_ADDR "127.0.0.2"
+
+/* Hog -> parent, after each mode it ran in. */
+struct load_hog_res {
+	uint64_t refused; /* connects refused (-EUSERS) */
+	uint64_t failed;  /* other failures */
+	uint64_t held;	  /* most sessions held at once */
+	char err[120];	  /* the first failure that is not a refusal */
 };
 
 /* Parent -> server, on a socketpair; the reply is a struct load_ctl_rep.
@@ -101,5 +117,9 @@ int load_server(const struct load_opts *o, int ctl);
 /* Client process @idx: takes commands and answers results on @ch. */
 int load_client(const struct load_opts *o, int ch, uint16_t port,
 		uint16_t tcp_port, unsigned idx);
+/* The hog process (--hog): takes the same commands on @ch; for each
+ * mode it opens and holds sessions from LOAD_HOG_ADDR, and answers a
+ * struct load_hog_res. */
+int load_hog(const struct load_opts *o, int ch, uint16_t port);
 
 #endif /* TF_BENCH_LOAD_H */

@@ -26,6 +26,21 @@ for m in d["modes"]:
         assert k in m, "%s: no %s" % (m.get("mode"), k)
     assert m["failed"] == 0, "%s: %d sessions failed" % (m["mode"], m["failed"])
     assert m["sessions_per_s"] > 0, "%s: no session completed" % m["mode"]
+if "hog" in d:
+    # --hog: it held what it asked for and one more, or the server's
+    # bound per address, and then every further ask was refused.
+    for k in ("hog_refused", "hog_held", "hog_bound", "p99_us_hog"):
+        assert k in d, "no %s" % k
+    assert d["hog_held"] == min(d["hog"] + 1, d["hog_bound"]), \
+        "hog held %d (asked %d, bound %d)" % (d["hog_held"], d["hog"],
+                                              d["hog_bound"])
+    if d["hog"] >= d["hog_bound"]:
+        assert d["hog_refused"] > 0, "the hog was never refused"
+    names = [m["mode"] for m in d["modes"]]
+    for m in d["p99_us_hog"]:
+        assert m in names and m + "+hog" in names, m
+    print("load json: hog held %d, %d refused" % (d["hog_held"],
+                                                  d["hog_refused"]))
 print("load json: %d modes, no failed session" % len(d["modes"]))
 PY
 else

@@ -365,3 +365,89 @@ int load_client(const struct load_opts *o, int ch, uint16_t port,
 	tf_context_close(ctx);
 	return ret;
 }
+
+/*
+ * The hog: one process whose node connects from LOAD_HOG_ADDR (set by the
+ * parent in this process before its first tf_ call: the library reads its
+ * configuration once per process).  For each mode, from t0 to t_end, it
+ * opens kept sessions (each attached and waited for the server's
+ * exposure of K * SIZE bytes) until it holds --hog of them, and keeps
+ * asking for one more, back to back: past the server's per-address bound
+ * every ask is refused, and counted.  It closes them all at t_end.
+ */
+static int hog_mode(const struct load_opts *o, tf_node_t *node, void *buf,
+		    uint16_t port, tf_session_t **held,
+		    const struct load_cmd *cmd, struct load_hog_res *res)
+{
+	struct crr_opts co = {.k = o->k};
+	tf_session_params_t sp = sess_params(&co, 0);
+	size_t n = 0;
+
+	memset(res, 0, sizeof(*res));
+	sleep_until(cmd->t0);
+	while (now_ns() < cmd->t_end) {
+		tf_session_t *s = NULL;
+		int b, ret;
+
+		ret = tf_session_connect(node, "127.0.0.1", port, &sp, &s);
+		if (!ret)
+			ret = tf_session_attach(s, buf, o->size,
+						attach_flags(OP_WRITE, false),
+						&b);
+		if (!ret)
+			ret = tf_session_wait_peer(s, 1, CRR_TIMEOUT_MS);
+		if (ret == -EUSERS) {
+			res->refused++;
+		} else if (ret) {
+			res->failed++;
+			if (!res->err[0])
+				snprintf(res->err, sizeof(res->err), "%s",
+					 tf_strerror(ret));
+		}
+		if (ret) {
+			tf_session_close(s);
+			continue;
+		}
+		held[n++] = s;
+		if (n > res->held)
+			res->held = n;
+		/* One more than asked for: the bound was not met; hold
+		 * them to the end. */
+		if (n == (size_t)o->hog + 1)
+			sleep_until(cmd->t_end);
+	}
+	while (n)
+		tf_session_close(held[--n]);
+	return 0;
+}
+
+int load_hog(const struct load_opts *o, int ch, uint16_t port)
+{
+	tf_session_t **held = calloc((size_t)o->hog + 1, sizeof(*held));
+	tf_context_t *ctx = NULL;
+	tf_node_t *node = NULL;
+	void *buf = map_buf(o->size);
+	struct load_hog_res res;
+	struct load_cmd cmd;
+	int ret = 0;
+
+	if (!held || !buf)
+		ret = -ENOMEM;
+	if (!ret)
+		ret = bench_open_ctx(o->cm.provider, o->cm.device,
+				     o->cm.transport, &ctx);
+	if (!ret)
+		ret = node_for(ctx, R_POOLMW, o->size, &node);
+	while (!ret && !sock_full(ch, &cmd, sizeof(cmd), false, -1)) {
+		if (cmd.mode >= LOAD_NMODES)
+			break;
+		hog_mode(o, node, buf, port, held, &cmd, &res);
+		ret = sock_full(ch, &res, sizeof(res), true, -1);
+	}
+	if (buf)
+		munmap(buf, o->size);
+	free(held);
+	tf_node_destroy(node);
+	tf_context_close(ctx);
+	return ret;
+}

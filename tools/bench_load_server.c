@@ -538,8 +538,10 @@ static void thr_teardown(struct lsrv_thr *t)
  * to a few times what the largest run (LOAD_MAX_CLIENTS *
  * LOAD_MAX_THREADS) holds at once: the same for every run, never below
  * the library's defaults, so that no session is refused for its address.
+ * With --hog, the sessions' bound per address stays the library's default
+ * (or the user's): the hog is there to meet it.
  */
-static void set_bounds(void)
+static void set_bounds(const struct load_opts *o)
 {
 	static const char *const sessions[] = {
 		"TOLLFREE_SESSION_MAX_SESSIONS_PEER",
@@ -552,7 +554,7 @@ static void set_bounds(void)
 	char v[16];
 
 	snprintf(v, sizeof(v), "%u", 4 * LOAD_MAX_CLIENTS * LOAD_MAX_THREADS);
-	for (size_t i = 0; i < ARRAY_SIZE(sessions); i++)
+	for (size_t i = o->hog ? 1 : 0; i < ARRAY_SIZE(sessions); i++)
 		if (setenv(sessions[i], v, 0))
 			fail("server: setenv %s: %m", sessions[i]);
 }
@@ -579,7 +581,7 @@ int load_server(const struct load_opts *o, int ctl)
 		pick_cpus(&a, &b);
 		pin_to(b);
 	}
-	set_bounds();
+	set_bounds(o);
 	sv.thr = calloc(o->sthreads, sizeof(*sv.thr));
 	sv.kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (!sv.thr || sv.kick < 0) {

@@ -32,6 +32,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 
 #include "fault_util.h"
@@ -240,6 +241,7 @@ struct server {
 	tf_context_t *ctx;
 	tf_node_t *node;
 	tf_listener_t *l;
+	int ep; /* the run's wait set: listener, sessions, client pipes */
 	struct live live[MAX_LIVE];
 	int nlive, peak;
 	uint64_t accepted, completed, failed, incomplete, retried;
@@ -306,7 +308,9 @@ static void settle(struct server *v)
 	}
 }
 
-static void server_accept(struct server *v, int timeout_ms)
+/* Accept one session if one is there (within @timeout_ms): whether the
+ * listener had one. */
+static bool server_accept(struct server *v, int timeout_ms)
 {
 	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
 				  .flags = TF_SESSION_DEFER_ESTABLISH};
@@ -318,7 +322,7 @@ static void server_accept(struct server *v, int timeout_ms)
 
 	ret = tf_listener_accept(v->l, &sp, timeout_ms, &s);
 	if (ret == -EAGAIN)
-		return;
+		return false;
 	CHECKF(ret == 0, "accept: %d (%s)", ret, tf_strerror(ret));
 	v->accepted++;
 	pv = tf_session_peer_priv(s, &plen);
@@ -343,10 +347,43 @@ static void server_accept(struct server *v, int timeout_ms)
 			     pv->seq, ret, tf_strerror(ret));
 		tf_session_close(s);
 		v->failed++;
-		return;
+		return true;
+	}
+	/* The session's fd joins the wait set (the connection's, so a kept
+	 * connection's next session finds it there already). */
+	if (v->ep >= 0) {
+		struct epoll_event ev = {.events = EPOLLIN};
+		int fd = tf_session_fd(s);
+
+		CHECKF(fd >= 0, "tf_session_fd: %d", fd);
+		CHECKF(!epoll_ctl(v->ep, EPOLL_CTL_ADD, fd, &ev) ||
+			       errno == EEXIST,
+		       "epoll_ctl: %s", strerror(errno));
 	}
 	if (++v->nlive > v->peak)
 		v->peak = v->nlive;
+	return true;
+}
+
+/*
+ * Sleep as tollfree(7) tells a server to ("How a server sleeps"): arm
+ * every live session (one that has something already is served at once),
+ * then wait on the listener's fd, the sessions' fds and the clients'
+ * pipes.  What wakes the server is a client's message; the 100 ms bound
+ * only keeps the run's own clock checks going.
+ */
+static void server_sleep(struct server *v)
+{
+	struct epoll_event evs[16];
+
+	for (int i = 0; i < v->nlive; i++) {
+		int r = tf_session_arm(v->live[i].s);
+
+		CHECKF(r >= 0, "tf_session_arm: %d (%s)", r, tf_strerror(r));
+		if (r)
+			return;
+	}
+	CHECK(epoll_wait(v->ep, evs, 16, 100) >= 0 || errno == EINTR);
 }
 
 static void server_poll(struct server *v)
@@ -382,6 +419,11 @@ static void server_poll(struct server *v)
 			 * and counts it. */
 			v->incomplete++;
 		}
+		/* Out of the wait set before close: the connection (and its
+		 * fd) may be kept for the client's next session. */
+		if (v->ep >= 0)
+			(void)epoll_ctl(v->ep, EPOLL_CTL_DEL,
+					tf_session_fd(lv->s), NULL);
 		tf_session_close(lv->s);
 		*lv = v->live[--v->nlive];
 		i--;
@@ -441,17 +483,30 @@ static void run(struct server *v, int ms, int nclients, int nthreads,
 	memset(t, 0, sizeof(*t));
 	memset(v->done_by, 0, sizeof(v->done_by));
 	CHECK_OK(tf_listener_create(v->node, NULL, &v->l));
+	v->ep = epoll_create1(EPOLL_CLOEXEC);
+	CHECK(v->ep >= 0);
+	{
+		struct epoll_event ev = {.events = EPOLLIN};
+
+		CHECK_OK(epoll_ctl(v->ep, EPOLL_CTL_ADD, tf_listener_fd(v->l),
+				   &ev));
+	}
 	for (int i = 0; i < nclients; i++) {
+		struct epoll_event ev = {.events = EPOLLIN};
+
 		snprintf(arg[0], sizeof(arg[0]), "%d", i);
 		snprintf(arg[1], sizeof(arg[1]), "%u", tf_listener_port(v->l));
 		snprintf(arg[2], sizeof(arg[2]), "%d,%d", nthreads, ms);
 		pid[i] = ft_spawn(arg[0], arg[1], arg[2], &rfd[i]);
+		CHECK_OK(epoll_ctl(v->ep, EPOLL_CTL_ADD, rfd[i], &ev));
 	}
 	/* Serve until every client reported (or its pipe closed) and no
-	 * session is live. */
+	 * session is live, sleeping when there is nothing to do. */
 	while (open_pipes || v->nlive) {
-		server_accept(v, 1);
+		while (server_accept(v, 0))
+			;
 		server_poll(v);
+		server_sleep(v);
 		if (rmid && !rmid->rss && ft_now_ms() - t0 >= (uint64_t)ms / 2)
 			res_snap(v, rmid);
 		for (int i = 0; i < nclients; i++) {
@@ -474,12 +529,15 @@ static void run(struct server *v, int ms, int nclients, int nthreads,
 			}
 			reported[i] = true;
 			open_pipes--;
+			(void)epoll_ctl(v->ep, EPOLL_CTL_DEL, rfd[i], NULL);
 		}
 		CHECKF(ft_now_ms() - t0 < (uint64_t)ms + 60000,
 		       "the soak did not end: %d clients, %d sessions live",
 		       open_pipes, v->nlive);
 	}
 	t->el_ms = ft_now_ms() - t0;
+	close(v->ep);
+	v->ep = -1;
 	/* Sessions already accepted are done; connections still arriving
 	 * cannot be (every client reported). */
 	server_accept(v, 100);
@@ -518,7 +576,7 @@ int main(int argc, char **argv)
 	int nclients = argc > 2 ? atoi(argv[2]) : 3;
 	int nthreads = argc > 3 ? atoi(argv[3]) : 4;
 	uint64_t attempts, ok, cfailed;
-	struct server v = {0};
+	struct server v = {.ep = -1};
 	struct res r0, r1, rmid = {0};
 	struct totals t;
 	tf_node_stats_t ns;

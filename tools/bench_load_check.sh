@@ -27,15 +27,19 @@ for m in d["modes"]:
     assert m["failed"] == 0, "%s: %d sessions failed" % (m["mode"], m["failed"])
     assert m["sessions_per_s"] > 0, "%s: no session completed" % m["mode"]
 if "hog" in d:
-    # --hog: it held what it asked for and one more, or the server's
-    # bound per address, and then every further ask was refused.
+    # --hog: it never held more than it asked for and one more, nor more
+    # than the server's bound per address, and it was refused only at
+    # that bound.  How far it got in the run's seconds depends on the
+    # machine (a sanitizer build may not reach the bound): not judged.
     for k in ("hog_refused", "hog_held", "hog_bound", "p99_us_hog"):
         assert k in d, "no %s" % k
-    assert d["hog_held"] == min(d["hog"] + 1, d["hog_bound"]), \
+    assert 0 < d["hog_held"] <= min(d["hog"] + 1, d["hog_bound"]), \
         "hog held %d (asked %d, bound %d)" % (d["hog_held"], d["hog"],
                                               d["hog_bound"])
-    if d["hog"] >= d["hog_bound"]:
-        assert d["hog_refused"] > 0, "the hog was never refused"
+    if d["hog_refused"] > 0:
+        assert d["hog_held"] == d["hog_bound"], \
+            "the hog was refused at %d sessions, below the bound %d" % (
+                d["hog_held"], d["hog_bound"])
     names = [m["mode"] for m in d["modes"]]
     for m in d["p99_us_hog"]:
         assert m in names and m + "+hog" in names, m

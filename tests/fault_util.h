@@ -11,9 +11,11 @@
 #define TF_FAULT_UTIL_H
 
 #include <dirent.h>
+#include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -41,12 +43,19 @@ static inline uint64_t ft_now_ms(void)
 static inline uint64_t ft_cpu_wait_ms(void)
 {
 	FILE *f = fopen("/proc/thread-self/schedstat", "r");
-	unsigned long long run = 0, wait = 0;
+	unsigned long long wait = 0;
+	char line[128], *p, *end;
 
 	if (!f)
 		return 0;
-	if (fscanf(f, "%llu %llu", &run, &wait) != 2)
-		wait = 0;
+	/* "run_ns wait_ns slices": the second field. */
+	if (fgets(line, sizeof(line), f)) {
+		errno = 0;
+		(void)strtoull(line, &p, 10);
+		wait = strtoull(p, &end, 10);
+		if (errno || end == p)
+			wait = 0;
+	}
 	fclose(f);
 	return wait / 1000000;
 }

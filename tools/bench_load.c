@@ -705,7 +705,8 @@ static void print_hog(struct run *rn, const struct report *r, char *json,
 		for (size_t i = 0; i < r->nrows; i++) {
 			if (!strcmp(r->rows[i].op, load_modes[md].name))
 				a = &r->rows[i];
-			if (!strcmp(r->rows[i].op, hog_names[md]))
+			if (hog_names[md] &&
+			    !strcmp(r->rows[i].op, hog_names[md]))
 				b = &r->rows[i];
 		}
 		if (!a || !b)

@@ -553,7 +553,8 @@ static void set_bounds(const struct load_opts *o)
 	};
 	char v[16];
 
-	snprintf(v, sizeof(v), "%u", 4 * LOAD_MAX_CLIENTS * LOAD_MAX_THREADS);
+	snprintf(v, sizeof(v), "%u",
+		 (unsigned)(4 * LOAD_MAX_CLIENTS * LOAD_MAX_THREADS));
 	for (size_t i = o->hog ? 1 : 0; i < ARRAY_SIZE(sessions); i++)
 		if (setenv(sessions[i], v, 0))
 			fail("server: setenv %s: %m", sessions[i]);

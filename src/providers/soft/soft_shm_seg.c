@@ -687,6 +687,8 @@ static void peer_put(struct soft_ctx *ctx, struct shm_peer *p)
 		for (struct shm_peer *q = sc->peers; q; q = q->next)
 			if (!q->refs && (!lru || q->last_use < lru->last_use))
 				lru = q;
+		if (!lru) /* every kept peer is in use again */
+			break;
 		idle_drop(sc, lru);
 	}
 }

@@ -208,6 +208,9 @@ int main(void)
 
 	tf_test_begin("conf_session_fd");
 	tf_test_pair_open(&p);
+	/* The completion case is a WRITE_WITH_IMM. */
+	tf_test_require_caps(&p, TF_CAP_IMM_DATA,
+			     "immediate data (iWARP has none)");
 	tf_test_tolerate_log(true);
 	node = st_node(&p, -1, NULL, 0);
 	if (p.side == TF_SIDE_A)

@@ -32,11 +32,12 @@ up() { cut -d' ' -f1 /proc/uptime; }
 mark() { echo "@@MARK $(up) $*"; }
 finish() { mark "$1"; echo "@@DONE"; sync; poweroff -f; }
 mark INIT_START "kernel=$(uname -r)"
-# Every QP and CQ is a descriptor (uverbs), and conf_qp_many and
-# conf_session_concurrent want thousands; the kernel starts init with
-# 1024 (hard 4096).  Root may raise both up to fs.nr_open.
-# shellcheck disable=SC3045 # busybox sh has it
-ulimit -n 65536 || mark "NOFILE_LIMIT $(ulimit -n)"
+# conf_qp_many and conf_session_concurrent want thousands of descriptors
+# (every QP and CQ is one); init starts with 1024 and they skip.  Raising
+# the limit (ulimit -n 65536) let them run, and then siw0, tested after
+# rxe in the same guest, refused QPs with ENOMEM (ibv_create_qp) in the
+# tests after them: not understood yet, so the limit stays as the kernel
+# sets it.
 
 # shellcheck disable=SC1091 # written by run.sh
 . /tf/config # TEST_TIMEOUT, BENCH, PEERS*, WRAP, TOPOS, test settings

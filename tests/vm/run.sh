@@ -58,7 +58,7 @@
 # TOLLFREE_VM_WRAP (a command each test runs under, e.g.
 # "strace -f -o /tmp/wrap.out"; its program is copied into the guest, and
 # the last lines of /tmp/wrap.out join the test's output), TOLLFREE_VM_TOPOS
-# ("loop veth two"; add siw for siw0 alone), TOLLFREE_VM_PEERS (1: the perftest comparison; 0:
+# ("loop veth siw two"), TOLLFREE_VM_PEERS (1: the perftest comparison; 0:
 # none), TOLLFREE_VM_PEERS_REPS (runs of each tool, 3; the best counts),
 # TOLLFREE_VM_PEERS_ITERS (iterations a run, 1000),
 # TOLLFREE_VM_PEERS_SESSIONS (crr and ucx_session sessions a run, 30;
@@ -165,12 +165,7 @@ KROOT="$K/root"
 # ------------------------------------------------------------- topologies
 TWO=0
 ONE_TOPOS=""
-# "siw" (siw0 alone in the first guest, after rxe) is not in the default:
-# since this stop's changes siw0 there refuses the control QPs of later
-# tests with ENOMEM (ibv_create_qp), not understood yet; iWARP still runs
-# across two guests ("two-siw", inside "two").  TOLLFREE_VM_TOPOS="loop
-# veth siw two" runs it.
-for t in ${TOLLFREE_VM_TOPOS:-loop veth two}; do
+for t in ${TOLLFREE_VM_TOPOS:-loop veth siw two}; do
 	case $t in
 	two) TWO=1 ;;
 	loop | veth | siw) ONE_TOPOS="$ONE_TOPOS $t" ;;

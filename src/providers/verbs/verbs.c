@@ -234,6 +234,30 @@ static uint64_t attr_caps(const struct tf_verbs_ctx *c)
 }
 
 /*
+ * siw's kernel hands out the mmap offsets of a QP's and a CQ's rings from
+ * the context's page offsets, lowest free first (rdma_user_mmap), while
+ * libsiw still takes the offset 0x90000 (page 144) for the kernel's "no
+ * mapping" key (SIW_INVAL_UOBJ_KEY) and refuses the object, without
+ * setting errno.  Whichever QP or CQ of a process would have its ring
+ * start at page 144 could never be created: the 49th CQ of 3 pages, a
+ * control QP after a few sessions.  A CQ made first in the fresh context
+ * takes the pages from 0 and covers page 144 for the context's life, so
+ * that no ring can start there.  It costs 1 MiB of the kernel's memory
+ * (vmalloc, not pinned user memory), mapped into the process.
+ */
+static void siw_plug_offset(struct tf_verbs_ctx *c)
+{
+	c->siw_plug =
+		ibv_create_cq(c->ibctx, VERBS_SIW_PLUG_CQE, NULL, NULL, 0);
+	if (!c->siw_plug)
+		tf_log_warn(VERBS_SUBSYS,
+			    "%s: no plug CQ (%m): a QP or CQ whose ring "
+			    "would start at mmap offset 0x90000 will be "
+			    "refused by libsiw",
+			    c->base.device);
+}
+
+/*
  * How QPs connect (TOLLFREE_VERBS_CM): iWARP devices only through rdma_cm
  * (the kernel's iw_cm moves their QPs to RTS), others by the address
  * exchange unless the setting asks for rdma_cm.
@@ -364,6 +388,8 @@ static int verbs_context_open(const struct tf_config *cfg,
 	}
 	c->rxe_inv_quirk = c->dattr.orig_attr.vendor_id == VERBS_RXE_VENDOR_ID;
 	c->siw = c->dattr.orig_attr.vendor_id == VERBS_SIW_VENDOR_ID;
+	if (c->siw)
+		siw_plug_offset(c);
 	c->iwarp = dev->transport_type == IBV_TRANSPORT_IWARP;
 	ret = select_cm(c, cfg->verbs_cm);
 	if (ret)
@@ -394,6 +420,8 @@ static int verbs_context_open(const struct tf_config *cfg,
 	return 0;
 
 err_close:
+	if (c->siw_plug)
+		ibv_destroy_cq(c->siw_plug);
 	ibv_close_device(c->ibctx);
 err_free:
 	tf__free(c);
@@ -408,6 +436,9 @@ static void verbs_context_close(struct tf_context *ctx)
 	int ret;
 
 	tf_verbs_cm_stop(c);
+	if (c->siw_plug && ibv_destroy_cq(c->siw_plug))
+		tf_log_warn(VERBS_SUBSYS, "%s: destroying the plug CQ: %m",
+			    c->base.device);
 	ret = ibv_close_device(c->ibctx);
 	if (ret)
 		tf_log_warn(VERBS_SUBSYS, "%s: ibv_close_device: %s",

@@ -46,9 +46,12 @@ int tf_verbs_cq_create(struct tf_context *ctx, uint32_t depth,
 		tf_log_error(VERBS_SUBSYS, "fcntl(O_NONBLOCK): %m");
 		goto err_chan;
 	}
+	/* A provider library may fail without setting errno (libsiw):
+	 * then the error is EIO, not whatever errno held before. */
+	errno = 0;
 	cq->ibcq = ibv_create_cq(c->ibctx, (int)depth, cq, cq->chan, 0);
 	if (!cq->ibcq) {
-		ret = tf_verbs_errno(ENOMEM);
+		ret = tf_verbs_errno(EIO);
 		tf_log_error(VERBS_SUBSYS, "%s: ibv_create_cq(%u): %s",
 			     ctx->device, depth, strerror(-ret));
 		goto err_chan;

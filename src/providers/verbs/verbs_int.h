@@ -40,6 +40,9 @@
 #define VERBS_RXE_VENDOR_ID 0xffffffu
 /* The vendor id siw reports (SIW_VENDOR_ID, "bmt"). */
 #define VERBS_SIW_VENDOR_ID 0x626d74u
+/* CQEs of the siw plug CQ: 32 B each, so its ring spans mmap pages 0 to
+ * 256, past page 144 (siw_plug_offset in verbs.c). */
+#define VERBS_SIW_PLUG_CQE 32768
 
 /* Layout of the verbs wr_id: [63] receive queue, [62:48] generation of the
  * QP, [47:0] low bits of the ring sequence number. */
@@ -82,6 +85,9 @@ struct tf_verbs_ctx {
 	 * receive without SGEs (push_recv_wqe); a zero-length SGE stands in
 	 * for none (verbs_qp.c). */
 	bool siw;
+	/* siw only: a CQ held for the context's life whose ring covers
+	 * mmap offset 0x90000 (siw_plug_offset in verbs.c). */
+	struct ibv_cq *siw_plug;
 
 	/* Guards the lazy capability probes below. */
 	pthread_mutex_t probe_lock;

@@ -204,6 +204,8 @@ int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 	if (!qp)
 		return -ENOMEM;
 	ia.qp_context = qp;
+	/* As for CQs (verbs_cq.c): no stale errno for a silent failure. */
+	errno = 0;
 	qp->ibqp = ibv_create_qp(VERBS_PD(bpd)->ibpd, &ia);
 	if (!qp->ibqp && errno == EINVAL && ia.cap.max_inline_data) {
 		/* Some devices have no inline sends at all; a QP without
@@ -213,10 +215,11 @@ int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 			    "without inline data",
 			    c->base.device, attr->max_inline_data);
 		ia.cap.max_inline_data = 0;
+		errno = 0;
 		qp->ibqp = ibv_create_qp(VERBS_PD(bpd)->ibpd, &ia);
 	}
 	if (!qp->ibqp) {
-		ret = tf_verbs_errno(ENOMEM);
+		ret = tf_verbs_errno(EIO);
 		tf_log_error(VERBS_SUBSYS,
 			     "%s: ibv_create_qp(wr %u/%u, sge %u, inline %u): "
 			     "%s",

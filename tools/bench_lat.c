@@ -82,6 +82,7 @@ struct lat_side {
 	unsigned recv_posted;
 	unsigned recv_done; /* receive completions not yet consumed */
 	bool spin_yield;    /* one CPU: let the peer run */
+	bool auto_progress; /* TF_CAP_AUTO_PROGRESS: READs need no server */
 };
 
 /* The whole of @buf over the socketpair, with lat's messages. */
@@ -388,7 +389,10 @@ static int lat_send(struct lat_side *s, uint64_t size, unsigned total,
  * READ: the client READs the server's send half and waits for the
  * completion; one sample is the full round trip.  The server only makes
  * progress (the tcp transport serves the READ there) until the client says
- * it is done.
+ * it is done.  Where the device serves READs by itself
+ * (TF_CAP_AUTO_PROGRESS: a NIC) the server sleeps in the socket instead,
+ * as ib_read_lat's does: a spinning server would only take CPU from a
+ * software NIC's kernel threads.
  */
 static int lat_read(struct lat_side *s, uint64_t size, unsigned total,
 		    unsigned warm, double *samples)
@@ -412,6 +416,12 @@ static int lat_read(struct lat_side *s, uint64_t size, unsigned total,
 		}
 		b = 'D';
 		return lat_sock(s->sock, &b, 1, true);
+	}
+	if (s->auto_progress) {
+		ret = lat_sock(s->sock, &b, 1, false);
+		if (ret)
+			return ret;
+		return b == 'D' ? 0 : -EPROTO;
 	}
 	for (;;) {
 		ret = tf_context_progress(s->ctx);
@@ -480,6 +490,7 @@ static int lat_setup(struct lat_side *s)
 	/* The QP's default inline limit; it is only a hint for perftest's
 	 * inline choice, a smaller provider limit fails at post time. */
 	s->max_inline = caps.max_inline_data < 256 ? caps.max_inline_data : 256;
+	s->auto_progress = caps.flags & TF_CAP_AUTO_PROGRESS;
 
 	/* Halves are page aligned so that the two sides never share a
 	 * cache line or a page. */

@@ -75,6 +75,7 @@ static const struct {
 	{TF_CAP_IMM_DATA, "imm_data"},
 	{TF_CAP_RDMA_CM, "rdma_cm"},
 	{TF_CAP_REMOTE_ACK, "remote_ack"},
+	{TF_CAP_AUTO_PROGRESS, "auto_progress"},
 };
 
 /*

@@ -92,6 +92,12 @@ enum tf_cap_flags {
 	 * and RNR retries exist: IB and RoCE.  iWARP completes them once
 	 * sent; a responder's error ends the connection instead. */
 	TF_CAP_REMOTE_ACK = 1u << 10,
+	/* One-sided operations a peer aims at this context's memory (READ,
+	 * WRITE, atomics) complete without this side calling
+	 * tf_context_progress: a NIC executes them (verbs), or the soft
+	 * provider's progress thread runs.  libfabric calls this
+	 * FI_PROGRESS_AUTO. */
+	TF_CAP_AUTO_PROGRESS = 1u << 11,
 };
 
 /* What a context can do.  Filled by tf_context_query_caps(). */

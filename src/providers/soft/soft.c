@@ -474,6 +474,8 @@ static int soft_query_caps(struct tf_context *base, tf_caps_t *caps)
 	caps->flags = TF_CAP_MW_TYPE2 | TF_CAP_ATOMIC | TF_CAP_SEND_WITH_INV |
 		      TF_CAP_MEM_ALLOC | TF_CAP_CQ_FD | TF_CAP_INLINE |
 		      TF_CAP_IMM_DATA | TF_CAP_REMOTE_ACK;
+	if (ctx->progress_running)
+		caps->flags |= TF_CAP_AUTO_PROGRESS;
 	caps->max_mr_size = 1ull << 40;
 	caps->max_mr = (uint32_t)cfg->soft_max_mr;
 	caps->max_mw = (uint32_t)cfg->soft_max_mr;

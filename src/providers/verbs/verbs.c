@@ -210,7 +210,7 @@ static uint64_t attr_caps(const struct tf_verbs_ctx *c)
 	const struct ibv_odp_caps *odp = &c->dattr.odp_caps;
 	uint32_t odp_rc = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
 			  IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ;
-	uint64_t f = TF_CAP_CQ_FD;
+	uint64_t f = TF_CAP_CQ_FD | TF_CAP_AUTO_PROGRESS;
 
 	if (a->device_cap_flags &
 	    (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B))

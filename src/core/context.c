@@ -54,6 +54,11 @@ static int def_progress(struct tf_context *ctx)
 	(void)ctx;
 	return 0;
 }
+static int def_progress_fd(struct tf_context *ctx)
+{
+	(void)ctx;
+	return -EOPNOTSUPP;
+}
 static int def_mem_alloc(struct tf_context *ctx, size_t size, void **addr_p)
 {
 	(void)ctx, (void)size, (void)addr_p;
@@ -172,6 +177,7 @@ static const struct tf_provider_ops default_ops = {
 	.context_close = def_context_close,
 	.query_caps = def_query_caps,
 	.progress = def_progress,
+	.progress_fd = def_progress_fd,
 	.mem_alloc = def_mem_alloc,
 	.mem_free = def_mem_free,
 	.pd_alloc = def_pd_alloc,
@@ -209,6 +215,7 @@ static void fill_ops(struct tf_provider_ops *dst,
 	FILL(context_close)
 	FILL(query_caps)
 	FILL(progress)
+	FILL(progress_fd)
 	FILL(mem_alloc)
 	FILL(mem_free)
 	FILL(pd_alloc)

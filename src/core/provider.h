@@ -149,6 +149,11 @@ struct tf_provider_ops {
 	void (*context_close)(struct tf_context *ctx);
 	int (*query_caps)(struct tf_context *ctx, tf_caps_t *caps);
 	int (*progress)(struct tf_context *ctx);
+	/* Optional, for a provider without TF_CAP_AUTO_PROGRESS: an fd that
+	 * becomes readable when a peer waits on this context's progress
+	 * (one-sided operations to serve); it stays open with the context.
+	 * Without it a sleeper must wake on a timer to make progress. */
+	int (*progress_fd)(struct tf_context *ctx);
 	int (*mem_alloc)(struct tf_context *ctx, size_t size, void **addr_p);
 	void (*mem_free)(struct tf_context *ctx, void *addr, size_t size);
 

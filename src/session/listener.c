@@ -32,10 +32,45 @@
  * Listener epoll tags: NULL is the listening socket, EV_KICK the
  * listener's eventfd, a connection pointer its socket, and a connection
  * pointer with EV_CQ set its control CQ's fd (connections are allocated,
- * so their low bits are free).
+ * so their low bits are free), EV_PROGRESS the context's progress fd.
  */
-#define EV_KICK ((uint64_t)2)
-#define EV_CQ	((uint64_t)1)
+#define EV_KICK	    ((uint64_t)2)
+#define EV_CQ	    ((uint64_t)1)
+#define EV_PROGRESS ((uint64_t)4)
+
+/*
+ * Sessions this listener accepted may need this side's progress to serve
+ * their peers' one-sided operations (the soft provider's tcp transport)
+ * while the server sleeps in tf_listener_accept or on tf_listener_fd.  A
+ * context with TF_CAP_AUTO_PROGRESS needs nothing; otherwise the
+ * provider's progress fd joins the listener's set, edge-triggered (it
+ * stays readable while another thread progresses); without one, a
+ * blocking accept falls back to a 10 ms tick while sessions are open.
+ */
+static int watch_progress(struct tf_listener *l)
+{
+	struct tf_context *ctx = l->node->ctx;
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLET,
+				 .data.u64 = EV_PROGRESS};
+	tf_caps_t caps;
+	int fd;
+
+	if (!tf_context_query_caps(ctx, &caps) &&
+	    (caps.flags & TF_CAP_AUTO_PROGRESS))
+		return 0;
+	fd = ctx->ops->progress_fd(ctx);
+	if (fd < 0) {
+		l->progress_tick = true;
+		return 0;
+	}
+	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+		int err = errno;
+
+		tf_log_error(S, "watching the progress fd: %s", strerror(err));
+		return -err;
+	}
+	return 0;
+}
 
 /* A listening socket on @a, in *@fd_p: 0 or -errno. */
 static int listen_on(const struct tf_sess_addr *a, int backlog, bool reuseport,
@@ -152,6 +187,9 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 		tf_log_error(S, "listener eventfd: %m");
 		goto err_efd;
 	}
+	ret = watch_progress(l);
+	if (ret)
+		goto err_efd;
 	atomic_fetch_add(&node->n_listeners, 1);
 	*l_p = l;
 	return 0;
@@ -809,12 +847,10 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 	for (;;) {
 		uint64_t now = tf__now_ns(), next = UINT64_MAX;
 		struct tf_conn *c, *nx;
-		/* While sessions it accepted are open, a blocking accept
-		 * also makes progress for their peers' one-sided operations
-		 * (below) every 10 ms, for a server that waits on nothing
-		 * else; an idle listener sleeps until an event or the next
-		 * handshake deadline, never on a timer. */
-		int n, wait_ms = l->refs ? 10 : -1;
+		/* A listener sleeps until an event or the next handshake
+		 * deadline, never on a timer, except on a context that
+		 * needs a tick for progress (watch_progress). */
+		int n, wait_ms = l->refs && l->progress_tick ? 10 : -1;
 
 		/* Handshakes that missed their deadline are dropped. */
 		for (c = l->conns.next; c != &l->conns; c = nx) {
@@ -901,6 +937,8 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		for (int i = 0; i < n; i++) {
 			uint64_t tag = evs[i].data.u64;
 
+			if (tag == EV_PROGRESS)
+				continue; /* progress runs each turn */
 			if (tag == EV_KICK) {
 				uint64_t v;
 

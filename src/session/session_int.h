@@ -216,6 +216,11 @@ struct tf_listener {
 	unsigned n_idle, n_pending;
 	unsigned max_pending, max_pending_peer; /* TOLLFREE_SESSION_* */
 	int hello_ms;
+	/* The context serves peers' one-sided operations only when this
+	 * side makes progress, and has no fd that says when (listener.c,
+	 * tf_listener_accept): a blocking accept wakes every 10 ms while
+	 * sessions are open. */
+	bool progress_tick;
 	/* Sessions accepted and not yet closed hold a reference, so that
 	 * their close can still hand the connection back (or drop it if the
 	 * listener was destroyed meanwhile). */

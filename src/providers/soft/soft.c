@@ -466,6 +466,14 @@ static void waker_stop(struct soft_ctx *ctx)
 	ctx->waker_running = false;
 }
 
+/* The context's one wait set (soft_int.h): it holds the tcp transport's
+ * sockets, the only ones whose peers wait on this side's progress (shm
+ * executes one-sided operations at the initiator). */
+static int soft_progress_fd(struct tf_context *base)
+{
+	return soft_ctx_of(base)->ev_epfd;
+}
+
 static int soft_query_caps(struct tf_context *base, tf_caps_t *caps)
 {
 	struct soft_ctx *ctx = soft_ctx_of(base);
@@ -872,6 +880,7 @@ const struct tf_provider_ops tf_soft_provider_ops = {
 	.context_close = soft_context_close,
 	.query_caps = soft_query_caps,
 	.progress = soft_progress,
+	.progress_fd = soft_progress_fd,
 	.mem_alloc = soft_mem_alloc,
 	.mem_free = soft_mem_free,
 	.pd_alloc = soft_pd_alloc,

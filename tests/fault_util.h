@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fault_util.h - helpers shared by the fault and soak tests (header only):
- * resource counters of this process (fds, threads, RSS) and peers that run
+ * fault_util.h - helpers shared by the fault and soak tests (header only),
+ * whose clock and fd count serve other tests too (soft_shm_*): resource
+ * counters of this process (fds, threads, RSS) and peers that run
  * as separate programs.  A peer is this same executable started again
  * through /proc/self/exe with "peer" arguments, so that it begins with a
  * fresh address space and opens its own context (a forked child would

@@ -13,7 +13,6 @@
  * through an old one's mappings, whatever its pid), and once a peer has died progress must let it go: our open
  * file descriptors come back to what they were before it.
  */
-#include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +20,9 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "tf_test.h"
+#include "fault_util.h"
 
 #define ROUNDS	 4
 #define QPS	 2
@@ -37,28 +35,6 @@ struct blob {
 	uint64_t addr;
 	uint8_t b[TF_QP_ADDR_MAX];
 };
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n - 1; /* the directory's own fd */
-}
 
 static void xfer(int fd, void *buf, size_t len, bool out)
 {
@@ -78,7 +54,7 @@ static void xfer(int fd, void *buf, size_t len, bool out)
 
 static void wait_one(tf_context_t *ctx, tf_cq_t *cq, struct tf_wc *wc)
 {
-	uint64_t t0 = now_ms();
+	uint64_t t0 = ft_now_ms();
 
 	for (;;) {
 		int n = tf_cq_poll(cq, 1, wc);
@@ -87,7 +63,7 @@ static void wait_one(tf_context_t *ctx, tf_cq_t *cq, struct tf_wc *wc)
 		if (n == 1)
 			return;
 		tf_context_progress(ctx);
-		CHECKF(now_ms() - t0 < BOUND_MS, "no completion in %d ms",
+		CHECKF(ft_now_ms() - t0 < BOUND_MS, "no completion in %d ms",
 		       BOUND_MS);
 	}
 }
@@ -200,7 +176,7 @@ int main(void)
 	src = aligned_alloc(64, BUFSZ);
 	CHECK(src);
 	CHECK_OK(tf_mr_reg(pd, src, BUFSZ, TF_ACCESS_LOCAL_WRITE, &mr));
-	fds0 = count_fds();
+	fds0 = ft_count_fds();
 	for (uint32_t round = 0; round < ROUNDS; round++) {
 		int sv[2], st;
 		pid_t pid;
@@ -258,15 +234,15 @@ int main(void)
 		 * ms) and lets the peer go. */
 		if (round % 2 == 0)
 			continue;
-		t0 = now_ms();
-		while (count_fds() != fds0 && now_ms() - t0 < BOUND_MS) {
+		t0 = ft_now_ms();
+		while (ft_count_fds() != fds0 && ft_now_ms() - t0 < BOUND_MS) {
 			tf_context_progress(ctx);
 			usleep(100);
 		}
-		CHECKF(count_fds() == fds0,
+		CHECKF(ft_count_fds() == fds0,
 		       "round %u: %d fds open, %d before: the dead peer is "
 		       "still attached",
-		       round, count_fds(), fds0);
+		       round, ft_count_fds(), fds0);
 	}
 	tf_test_info("%d of %d peers had the pid of the peer before them",
 		     reused, ROUNDS - 1);

@@ -14,15 +14,13 @@
  *  - once B closes, A lets go of what it kept for B (progress), and after
  *    A closes this process has the fds it had before.
  */
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "soft_shm_int.h"
-#include "tf_test.h"
+#include "fault_util.h"
 
 #define ROUNDS	 4
 #define BUFSZ	 256
@@ -35,28 +33,6 @@ struct side {
 	tf_mr_t *mr;
 	uint8_t buf[BUFSZ];
 };
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static int count_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		n += e->d_name[0] != '.';
-	closedir(d);
-	return n - 1; /* the directory's own fd */
-}
 
 static void side_open(struct side *s)
 {
@@ -103,7 +79,7 @@ static ino_t seg_ino(tf_qp_t *qp)
 /* One completion on @s's CQ, making progress on both sides. */
 static void wait_wc(struct side *s, struct side *o, struct tf_wc *wc)
 {
-	uint64_t end = now_ms() + BOUND_MS;
+	uint64_t end = ft_now_ms() + BOUND_MS;
 
 	for (;;) {
 		int n = tf_cq_poll(s->cq, 1, wc);
@@ -113,7 +89,7 @@ static void wait_wc(struct side *s, struct side *o, struct tf_wc *wc)
 			return;
 		tf_context_progress(s->ctx);
 		tf_context_progress(o->ctx);
-		CHECKF(now_ms() < end, "no completion");
+		CHECKF(ft_now_ms() < end, "no completion");
 	}
 }
 
@@ -157,7 +133,7 @@ int main(void)
 	uint8_t stale[TF_QP_ADDR_MAX];
 	size_t stale_len = 0;
 	ino_t aino = 0, bino = 0;
-	int fds0 = count_fds();
+	int fds0 = ft_count_fds();
 	struct shm_ctx *sc;
 	uint64_t end;
 
@@ -209,8 +185,8 @@ int main(void)
 	/* B goes: A lets go of it, and of the segments kept for it. */
 	side_close(&b);
 	sc = soft_ctx_of(a.ctx)->shm_priv;
-	end = now_ms() + BOUND_MS;
-	while ((sc->peers || sc->n_spare) && now_ms() < end) {
+	end = ft_now_ms() + BOUND_MS;
+	while ((sc->peers || sc->n_spare) && ft_now_ms() < end) {
 		tf_context_progress(a.ctx);
 		usleep(100);
 	}
@@ -218,7 +194,7 @@ int main(void)
 	       "B closed: A still keeps it (%s) or %u segments",
 	       sc->peers ? "attached" : "let go", sc->n_spare);
 	side_close(&a);
-	CHECKF(count_fds() == fds0, "%d fds open, %d before", count_fds(),
+	CHECKF(ft_count_fds() == fds0, "%d fds open, %d before", ft_count_fds(),
 	       fds0);
 	return tf_test_end();
 }

@@ -179,6 +179,31 @@ int bench_opts_open_ctx(const struct bench_opts *o, tf_context_t **ctx_p);
  * them) or -1 (a bad value, reported). */
 int bench_common_opt(int c, const char *arg, struct bench_common *b);
 int parse_uint(const char *arg, const char *what, unsigned min, unsigned *out);
+/* The end of a subcommand's getopt switch: "-h" prints @usage on stdout
+ * and exits 0; a common option is taken; anything else (getopt has said
+ * what) prints @usage on stderr.  0 (taken) or -1 (reported). */
+int bench_opt_rest(int c, const char *arg, struct bench_common *b,
+		   void (*usage)(FILE *));
+/* After getopt: no subcommand takes operands.  0, or -1 (reported). */
+int bench_no_operands(int argc, char **argv);
+/* --server-wait spin|sleep (crr, load): 0, or -1 (reported). */
+int parse_server_wait(const char *arg, bool *sleep);
+
+/* Name tables (modes, tests): @n names, @stride bytes apart, the first
+ * at @names (an array of strings, or the name as the first member of an
+ * array of structs).  bench_name_mask sets the bit of each name in the
+ * comma-separated @arg in *@mask, every bit for "all" where @all is set;
+ * an unknown name or an @arg of @max_len characters or more (at most
+ * 256) is -1, not reported. */
+int bench_name_mask(const char *arg, size_t max_len, const char *const *names,
+		    size_t stride, unsigned n, bool all, unsigned *mask);
+/* --modes LIST (crr, load): *@modes is the names' bits, at least one, or
+ * "all"; else -1, reported with @usage on stderr. */
+int bench_parse_modes(const char *arg, const char *const *names, size_t stride,
+		      unsigned n, void (*usage)(FILE *), unsigned *modes);
+/* The names, comma-separated, then a newline (the usage texts). */
+void bench_print_names(FILE *f, const char *const *names, size_t stride,
+		       unsigned n);
 
 /* Sockets (bench_sock.c).  Move exactly @len bytes of @buf; a socket
  * that would block (non-blocking, or past its SO_RCVTIMEO/SO_SNDTIMEO) is

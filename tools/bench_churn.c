@@ -341,32 +341,18 @@ static const struct option churn_long[] = {
 
 static int parse_nbr_modes(const char *arg, unsigned *modes)
 {
-	char buf[128], *tok, *save = NULL;
-	int m;
-
-	if (strlen(arg) >= sizeof(buf))
-		goto bad;
-	snprintf(buf, sizeof(buf), "%s", arg);
 	*modes = 0;
-	for (tok = strtok_r(buf, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		for (m = 0; m < NBR_COUNT; m++)
-			if (!strcmp(tok, nbr_names[m]))
-				break;
-		if (m == NBR_COUNT)
-			goto bad;
-		*modes |= 1u << m;
-	}
-	if (*modes)
+	if (!bench_name_mask(arg, 128, nbr_names, sizeof(nbr_names[0]),
+			     NBR_COUNT, false, modes) &&
+	    *modes)
 		return 0;
-bad:
 	fail("bad mode list '%s' (none, direct, pool, cache)", arg);
 	return -1;
 }
 
 static int churn_parse(int argc, char **argv, struct churn_opts *o)
 {
-	int c, r;
+	int c;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "n:b:h", churn_long, NULL)) != -1) {
@@ -399,24 +385,12 @@ static int churn_parse(int argc, char **argv, struct churn_opts *o)
 			if (parse_nbr_modes(optarg, &o->modes))
 				return -1;
 			break;
-		case 'h':
-			usage_churn(stdout);
-			exit(0);
 		default:
-			r = bench_common_opt(c, optarg, &o->cm);
-			if (r < 0)
+			if (bench_opt_rest(c, optarg, &o->cm, usage_churn))
 				return -1;
-			if (!r) {
-				usage_churn(stderr);
-				return -1;
-			}
 		}
 	}
-	if (optind < argc) {
-		fail("unexpected argument '%s'", argv[optind]);
-		return -1;
-	}
-	return 0;
+	return bench_no_operands(argc, argv);
 }
 
 int cmd_churn(int argc, char **argv)

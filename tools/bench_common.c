@@ -3,8 +3,9 @@
  * bench_common.c - what every tollfree-bench subcommand shares, apart from
  * printing results (bench_report.c): failure messages and the clock,
  * statistics (percentiles as perftest picks them), option parsing for the
- * sized subcommands (lat, reg) and the options all of them take, opening a
- * context, waiting for one completion and CPU pinning.
+ * sized subcommands (lat, reg), the options all of them take and the
+ * pieces of parsing they share (the getopt tail, mode and test lists),
+ * opening a context, waiting for one completion and CPU pinning.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -233,6 +234,91 @@ int parse_uint(const char *arg, const char *what, unsigned min, unsigned *out)
 	return 0;
 }
 
+int bench_opt_rest(int c, const char *arg, struct bench_common *b,
+		   void (*usage)(FILE *))
+{
+	int r;
+
+	if (c == 'h') {
+		usage(stdout);
+		exit(0);
+	}
+	r = bench_common_opt(c, arg, b);
+	if (!r)
+		usage(stderr);
+	return r > 0 ? 0 : -1;
+}
+
+int bench_no_operands(int argc, char **argv)
+{
+	if (optind < argc) {
+		fail("unexpected argument '%s'", argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+int parse_server_wait(const char *arg, bool *sleep)
+{
+	if (strcmp(arg, "spin") && strcmp(arg, "sleep")) {
+		fail("bad server wait '%s' (spin, sleep)", arg);
+		return -1;
+	}
+	*sleep = !strcmp(arg, "sleep");
+	return 0;
+}
+
+/* Name @i of a table (see bench.h): the tables are arrays of strings or
+ * of structs whose first member is the name, so one stride serves both. */
+static const char *name_at(const char *const *names, size_t stride, size_t i)
+{
+	return *(const char *const *)((const char *)names + i * stride);
+}
+
+int bench_name_mask(const char *arg, size_t max_len, const char *const *names,
+		    size_t stride, unsigned n, bool all, unsigned *mask)
+{
+	char buf[256], *tok, *save = NULL;
+	unsigned i;
+
+	if (max_len > sizeof(buf) || strlen(arg) >= max_len)
+		return -1;
+	snprintf(buf, sizeof(buf), "%s", arg);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (all && !strcmp(tok, "all")) {
+			*mask |= (1u << n) - 1;
+			continue;
+		}
+		for (i = 0; i < n; i++)
+			if (!strcmp(tok, name_at(names, stride, i)))
+				break;
+		if (i == n)
+			return -1;
+		*mask |= 1u << i;
+	}
+	return 0;
+}
+
+int bench_parse_modes(const char *arg, const char *const *names, size_t stride,
+		      unsigned n, void (*usage)(FILE *), unsigned *modes)
+{
+	*modes = 0;
+	if (!bench_name_mask(arg, 256, names, stride, n, true, modes) && *modes)
+		return 0;
+	fail("bad mode list '%s'", arg);
+	usage(stderr);
+	return -1;
+}
+
+void bench_print_names(FILE *f, const char *const *names, size_t stride,
+		       unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		fprintf(f, "%s%s", name_at(names, stride, i),
+			i + 1 < n ? "," : "\n");
+}
+
 /* The sized subcommands' options ("--test" is refused but by lat). */
 static const struct option sized_opts[] = {
 	{"test", required_argument, NULL, 't'},
@@ -249,7 +335,7 @@ int bench_parse_sized(int argc, char **argv, struct bench_opts *o,
 		      int (*parse_tests)(const char *arg, unsigned *tests),
 		      void (*usage)(FILE *))
 {
-	int c, r;
+	int c;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv,
@@ -277,21 +363,12 @@ int bench_parse_sized(int argc, char **argv, struct bench_opts *o,
 				return -1;
 			o->warmup_set = true;
 			break;
-		case 'h':
-			usage(stdout);
-			exit(0);
 		default:
-			r = bench_common_opt(c, optarg, &o->cm);
-			if (r < 0)
+			if (bench_opt_rest(c, optarg, &o->cm, usage))
 				return -1;
-			if (!r) {
-				usage(stderr);
-				return -1;
-			}
 		}
 	}
-	if (optind < argc) {
-		fail("unexpected argument '%s'", argv[optind]);
+	if (bench_no_operands(argc, argv)) {
 		usage(stderr);
 		return -1;
 	}

@@ -197,39 +197,7 @@ static void usage_crr(FILE *f)
 		"min(n/10, 20), batch 25, no gap, server-wait spin, write,\n"
 		"  every mode: ",
 		prog);
-	for (size_t i = 0; i < NMODES; i++)
-		fprintf(f, "%s%s", crr_modes[i].name,
-			i + 1 < NMODES ? "," : "\n");
-}
-
-static int parse_modes(const char *arg, unsigned *modes)
-{
-	char buf[256], *tok, *save = NULL;
-	size_t i;
-
-	if (strlen(arg) >= sizeof(buf))
-		goto bad;
-	snprintf(buf, sizeof(buf), "%s", arg);
-	*modes = 0;
-	for (tok = strtok_r(buf, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		if (!strcmp(tok, "all")) {
-			*modes |= (1u << NMODES) - 1;
-			continue;
-		}
-		for (i = 0; i < NMODES; i++)
-			if (!strcmp(tok, crr_modes[i].name))
-				break;
-		if (i == NMODES)
-			goto bad;
-		*modes |= 1u << i;
-	}
-	if (*modes)
-		return 0;
-bad:
-	fail("bad mode list '%s'", arg);
-	usage_crr(stderr);
-	return -1;
+	bench_print_names(f, &crr_modes[0].name, sizeof(crr_modes[0]), NMODES);
 }
 
 enum {
@@ -262,7 +230,7 @@ static const struct option crr_long[] = {
 
 static int crr_parse(int argc, char **argv, struct crr_opts *o)
 {
-	int c, r;
+	int c;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "k:s:n:w:b:t:h", crr_long, NULL)) !=
@@ -305,7 +273,9 @@ static int crr_parse(int argc, char **argv, struct crr_opts *o)
 			}
 			break;
 		case OPT_MODES:
-			if (parse_modes(optarg, &o->modes))
+			if (bench_parse_modes(optarg, &crr_modes[0].name,
+					      sizeof(crr_modes[0]), NMODES,
+					      usage_crr, &o->modes))
 				return -1;
 			break;
 		case OPT_SERVER:
@@ -322,30 +292,16 @@ static int crr_parse(int argc, char **argv, struct crr_opts *o)
 				return -1;
 			break;
 		case OPT_SERVER_WAIT:
-			if (strcmp(optarg, "spin") && strcmp(optarg, "sleep")) {
-				fail("bad server wait '%s' (spin, sleep)",
-				     optarg);
+			if (parse_server_wait(optarg, &o->server_sleep))
 				return -1;
-			}
-			o->server_sleep = !strcmp(optarg, "sleep");
 			break;
-		case 'h':
-			usage_crr(stdout);
-			exit(0);
 		default:
-			r = bench_common_opt(c, optarg, &o->cm);
-			if (r < 0)
+			if (bench_opt_rest(c, optarg, &o->cm, usage_crr))
 				return -1;
-			if (!r) {
-				usage_crr(stderr);
-				return -1;
-			}
 		}
 	}
-	if (optind < argc) {
-		fail("unexpected argument '%s'", argv[optind]);
+	if (bench_no_operands(argc, argv))
 		return -1;
-	}
 	if (o->server && o->connect) {
 		fail("--server and --connect exclude each other");
 		return -1;

@@ -691,23 +691,9 @@ static void usage_lat(FILE *f)
 
 static int parse_tests(const char *arg, unsigned *tests)
 {
-	char buf[64], *tok, *save = NULL;
-	unsigned op;
-
-	if (strlen(arg) >= sizeof(buf))
-		goto bad;
-	snprintf(buf, sizeof(buf), "%s", arg);
-	for (tok = strtok_r(buf, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		for (op = 0; op < LAT_NOPS; op++)
-			if (!strcmp(tok, lat_ops[op].name))
-				break;
-		if (op == LAT_NOPS)
-			goto bad;
-		*tests |= 1u << op;
-	}
-	return 0;
-bad:
+	if (!bench_name_mask(arg, 64, &lat_ops[0].name, sizeof(lat_ops[0]),
+			     LAT_NOPS, false, tests))
+		return 0;
 	fail("bad test '%s' (want write, read or send)", arg);
 	return -1;
 }

@@ -87,39 +87,8 @@ static void usage_load(FILE *f)
 		"  each tollfree mode runs without it, then with it\n"
 		"  every mode: ",
 		prog);
-	for (size_t i = 0; i < LOAD_NMODES; i++)
-		fprintf(f, "%s%s", load_modes[i].name,
-			i + 1 < LOAD_NMODES ? "," : "\n");
-}
-
-static int parse_modes(const char *arg, unsigned *modes)
-{
-	char buf[256], *tok, *save = NULL;
-	size_t i;
-
-	if (strlen(arg) >= sizeof(buf))
-		goto bad;
-	snprintf(buf, sizeof(buf), "%s", arg);
-	*modes = 0;
-	for (tok = strtok_r(buf, ",", &save); tok;
-	     tok = strtok_r(NULL, ",", &save)) {
-		if (!strcmp(tok, "all")) {
-			*modes |= (1u << LOAD_NMODES) - 1;
-			continue;
-		}
-		for (i = 0; i < LOAD_NMODES; i++)
-			if (!strcmp(tok, load_modes[i].name))
-				break;
-		if (i == LOAD_NMODES)
-			goto bad;
-		*modes |= 1u << i;
-	}
-	if (*modes)
-		return 0;
-bad:
-	fail("bad mode list '%s'", arg);
-	usage_load(stderr);
-	return -1;
+	bench_print_names(f, &load_modes[0].name, sizeof(load_modes[0]),
+			  LOAD_NMODES);
 }
 
 static int parse_count(const char *arg, const char *what, unsigned max,
@@ -194,7 +163,7 @@ static const struct option load_long[] = {
 static int load_parse(int argc, char **argv, struct load_opts *o)
 {
 	char *end;
-	int c, r;
+	int c;
 
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "k:s:d:h", load_long, NULL)) !=
@@ -214,7 +183,10 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 				return -1;
 			break;
 		case OPT_MODES:
-			if (parse_modes(optarg, &o->modes))
+			if (bench_parse_modes(optarg, &load_modes[0].name,
+					      sizeof(load_modes[0]),
+					      LOAD_NMODES, usage_load,
+					      &o->modes))
 				return -1;
 			break;
 		case OPT_CLIENTS:
@@ -233,12 +205,8 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 				return -1;
 			break;
 		case OPT_SERVER_WAIT:
-			if (strcmp(optarg, "spin") && strcmp(optarg, "sleep")) {
-				fail("bad server wait '%s' (spin, sleep)",
-				     optarg);
+			if (parse_server_wait(optarg, &o->server_sleep))
 				return -1;
-			}
-			o->server_sleep = !strcmp(optarg, "sleep");
 			break;
 		case OPT_RATE:
 			errno = 0;
@@ -263,23 +231,13 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 		case OPT_PLOT:
 			o->plot = optarg;
 			break;
-		case 'h':
-			usage_load(stdout);
-			exit(0);
 		default:
-			r = bench_common_opt(c, optarg, &o->cm);
-			if (r < 0)
+			if (bench_opt_rest(c, optarg, &o->cm, usage_load))
 				return -1;
-			if (!r) {
-				usage_load(stderr);
-				return -1;
-			}
 		}
 	}
-	if (optind < argc) {
-		fail("unexpected argument '%s'", argv[optind]);
+	if (bench_no_operands(argc, argv))
 		return -1;
-	}
 	if ((uint64_t)o->size * o->k > CRR_MAX_SIZE) {
 		fail("K x SIZE is at most %u bytes (the server's exposure)",
 		     CRR_MAX_SIZE);

@@ -117,6 +117,7 @@ static int soft_context_open(const struct tf_config *cfg,
 	ctx->pagemap_fd = -1;
 	ctx->wake_efd = -1;
 	ctx->ev_epfd = -1;
+	ctx->prog_epfd = -1;
 	ctx->waker_efd = -1;
 	if (!strcmp(cfg->soft_transport, "auto")) {
 		ctx->want_shm = true;
@@ -163,7 +164,9 @@ static int soft_context_open(const struct tf_config *cfg,
 	ctx->wake_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	ctx->waker_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	ctx->ev_epfd = epoll_create1(EPOLL_CLOEXEC);
-	if (ctx->wake_efd < 0 || ctx->waker_efd < 0 || ctx->ev_epfd < 0) {
+	ctx->prog_epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (ctx->wake_efd < 0 || ctx->waker_efd < 0 || ctx->ev_epfd < 0 ||
+	    ctx->prog_epfd < 0) {
 		ret = -errno;
 		tf_log_error(SOFT_SUBSYS, "eventfd/epoll_create1: %m");
 		goto err_wake;
@@ -196,6 +199,8 @@ static int soft_context_open(const struct tf_config *cfg,
 	return 0;
 
 err_wake:
+	if (ctx->prog_epfd >= 0)
+		close(ctx->prog_epfd);
 	if (ctx->ev_epfd >= 0)
 		close(ctx->ev_epfd);
 	if (ctx->waker_efd >= 0)
@@ -234,6 +239,7 @@ static void soft_context_close(struct tf_context *base)
 	if (ctx->shm_up || ctx->shm_priv)
 		soft_shm_transport.ctx_fini(ctx);
 	close(ctx->ev_epfd);
+	close(ctx->prog_epfd);
 	close(ctx->waker_efd);
 	close(ctx->wake_efd);
 	soft_xlate_fini(ctx);
@@ -261,10 +267,11 @@ static int tp_up(struct soft_ctx *ctx, const struct soft_transport_ops *tp)
 			int fd = tp->wait_fd(ctx);
 
 			if (fd >= 0 &&
-			    epoll_ctl(ctx->ev_epfd, EPOLL_CTL_ADD, fd, &ev))
+			    (epoll_ctl(ctx->ev_epfd, EPOLL_CTL_ADD, fd, &ev) ||
+			     epoll_ctl(ctx->prog_epfd, EPOLL_CTL_ADD, fd, &ev)))
 				tf_log_warn(SOFT_SUBSYS,
 					    "%s: cannot watch its fd for CQ "
-					    "events: %m",
+					    "and progress events: %m",
 					    tp->name);
 		}
 		if (!ret)
@@ -466,12 +473,11 @@ static void waker_stop(struct soft_ctx *ctx)
 	ctx->waker_running = false;
 }
 
-/* The context's one wait set (soft_int.h): it holds the tcp transport's
- * sockets, the only ones whose peers wait on this side's progress (shm
- * executes one-sided operations at the initiator). */
+/* The transports' wait set (soft_int.h, prog_epfd): tcp's sockets, the
+ * only ones whose peers wait on this side's progress. */
 static int soft_progress_fd(struct tf_context *base)
 {
-	return soft_ctx_of(base)->ev_epfd;
+	return soft_ctx_of(base)->prog_epfd;
 }
 
 static int soft_query_caps(struct tf_context *base, tf_caps_t *caps)

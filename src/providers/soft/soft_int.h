@@ -434,6 +434,12 @@ struct soft_ctx {
 	 * "waker"). */
 	int wake_efd;
 	int ev_epfd;
+	/* The transports' wait_fds alone (tcp's sockets): readable when a
+	 * peer waits on this side's progress; tf_listener_accept sleeps on
+	 * it (provider op progress_fd).  Not wake_efd: shm executes
+	 * one-sided operations at the initiator, and an armed CQ's wake-ups
+	 * are the waker's. */
+	int prog_epfd;
 	int waker_efd;	     /* unparks or stops the waker */
 	atomic_uint n_armed; /* armed CQs */
 	pthread_t waker;

@@ -451,11 +451,14 @@ int tf_verbs_cq_poll(struct tf_cq *bcq, int n, struct tf_wc *wc)
 			tf_log_error(VERBS_SUBSYS, "ibv_poll_cq: %d", r);
 			return got ? got : -EIO;
 		}
-		pthread_rwlock_rdlock(&c->qp_lock);
-		for (int i = 0; i < r; i++)
-			if (translate_wc(c, &iw[i], &wc[got]))
-				got++;
-		pthread_rwlock_unlock(&c->qp_lock);
+		/* An empty poll, a spinner's usual one, takes no lock. */
+		if (r > 0) {
+			pthread_rwlock_rdlock(&c->qp_lock);
+			for (int i = 0; i < r; i++)
+				if (translate_wc(c, &iw[i], &wc[got]))
+					got++;
+			pthread_rwlock_unlock(&c->qp_lock);
+		}
 		if (r < want)
 			break;
 	}

@@ -20,7 +20,11 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #include <tollfree/tollfree.h>
 
@@ -42,10 +46,12 @@ static const struct {
 	[LAT_SEND] = {"send", "Send latency (RTT/2)"},
 };
 
-#define LAT_MAGIC      0x74666c61u /* "tfla" */
-#define LAT_RECV_DEPTH 64
-#define LAT_WRID_SEND  1
-#define LAT_WRID_RECV  2
+#define LAT_MAGIC 0x74666c61u /* "tfla" */
+/* A software NIC's round trip, under TCG too, fits in this spin. */
+#define LAT_YIELD_GRACE_NS 20000ull
+#define LAT_RECV_DEPTH	   64
+#define LAT_WRID_SEND	   1
+#define LAT_WRID_RECV	   2
 
 /* What each side tells the other over the socketpair.  Both processes run
  * the same binary, but the fields are checked anyway. */
@@ -81,8 +87,8 @@ struct lat_side {
 	unsigned send_outstanding; /* signalled sends not yet completed */
 	unsigned recv_posted;
 	unsigned recv_done; /* receive completions not yet consumed */
-	bool spin_yield;    /* one CPU: let the peer run */
-	bool auto_progress; /* TF_CAP_AUTO_PROGRESS: READs need no server */
+	bool spin_yield;    /* one CPU, or a software NIC: let others run */
+	bool auto_progress; /* TF_CAP_AUTO_PROGRESS: the device serves */
 };
 
 /* The whole of @buf over the socketpair, with lat's messages. */
@@ -223,19 +229,93 @@ static bool peer_gone(struct lat_side *s)
  * side and @arg.  Busy-polls, except on a single CPU, where spinning would
  * only keep the peer from running.
  */
+/*
+ * Timestamps, as perftest takes them (get_cycles): the TSC on x86-64,
+ * scaled by a calibration against CLOCK_MONOTONIC (lat_calibrate), or
+ * CLOCK_MONOTONIC itself elsewhere or when the TSC does not advance.
+ * Where clock_gettime is a system call (a qemu TCG guest has no clock
+ * source the vDSO can read) a sample would otherwise hold one, and every
+ * grace check below would be one.
+ */
+static bool lat_use_tsc;
+static double lat_ns_per_tick = 1.0;
+
+static inline uint64_t lat_ticks(void)
+{
+#if defined(__x86_64__)
+	if (lat_use_tsc)
+		return __rdtsc();
+#endif
+	return now_ns();
+}
+
+static void lat_calibrate(void)
+{
+#if defined(__x86_64__)
+	struct timespec ts = {.tv_nsec = 20 * 1000 * 1000};
+	uint64_t n0 = now_ns(), c0 = __rdtsc(), n1, c1;
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+	c1 = __rdtsc();
+	n1 = now_ns();
+	if (c1 > c0 && n1 > n0) {
+		lat_ns_per_tick = (double)(n1 - n0) / (double)(c1 - c0);
+		lat_use_tsc = true;
+	}
+#endif
+}
+
+static double lat_elapsed_ns(uint64_t t0)
+{
+	return (double)(lat_ticks() - t0) * lat_ns_per_tick;
+}
+
+/* With a software NIC, how long (in lat_ticks) a waiter spins before it
+ * yields between polls (0: from the first poll, on one CPU).  Set once in
+ * cmd_lat. */
+static uint64_t lat_yield_grace;
+
+/* Yield the CPU now, if @s yields and its grace from @t0 (set at the
+ * first call) is over. */
+static void lat_maybe_yield(const struct lat_side *s, uint64_t *t0)
+{
+	if (!s->spin_yield)
+		return;
+	if (lat_yield_grace) {
+		uint64_t t = lat_ticks();
+
+		if (!*t0)
+			*t0 = t;
+		if (t - *t0 < lat_yield_grace)
+			return;
+	}
+	sched_yield();
+}
+
+static bool done_byte(struct lat_side *s, void *arg);
+
+/* A wait for a byte on a device that places WRITEs by itself reaps send
+ * completions only every this many spins (lat_throttle bounds them), as
+ * ib_write_lat spins on the byte alone; otherwise reaping is also what
+ * makes the progress that places the byte (tcp). */
+#define LAT_BYTE_REAP_EVERY 64
+
 static int lat_wait(struct lat_side *s, bool (*done)(struct lat_side *, void *),
 		    void *arg)
 {
-	uint64_t deadline = 0;
+	bool byte_only = s->auto_progress && done == done_byte;
+	uint64_t deadline = 0, t0 = 0;
 	unsigned spins = 0;
 	int ret;
 
 	while (!done(s, arg)) {
-		ret = lat_reap(s);
-		if (ret < 0)
-			return ret;
-		if (s->spin_yield)
-			sched_yield();
+		if (!byte_only || spins % LAT_BYTE_REAP_EVERY == 0) {
+			ret = lat_reap(s);
+			if (ret < 0)
+				return ret;
+		}
+		lat_maybe_yield(s, &t0);
 		if (++spins % WAIT_CHECK_EVERY)
 			continue;
 		if (peer_gone(s))
@@ -324,14 +404,14 @@ static int lat_write(struct lat_side *s, uint64_t size, unsigned total,
 			return ret;
 		if (s->client) {
 			s->buf[size - 1] = w.v;
-			t0 = now_ns();
+			t0 = lat_ticks();
 			ret = lat_post(s, TF_WR_RDMA_WRITE, size);
 			if (!ret)
 				ret = lat_wait(s, done_byte, &w);
 			if (ret)
 				return ret;
 			if (i >= warm)
-				samples[i - warm] = (double)(now_ns() - t0) / 2;
+				samples[i - warm] = lat_elapsed_ns(t0) / 2;
 		} else {
 			ret = lat_wait(s, done_byte, &w);
 			if (ret)
@@ -360,7 +440,7 @@ static int lat_send(struct lat_side *s, uint64_t size, unsigned total,
 		if (ret)
 			return ret;
 		if (s->client) {
-			t0 = now_ns();
+			t0 = lat_ticks();
 			ret = lat_post(s, TF_WR_SEND, size);
 			if (ret)
 				return ret;
@@ -369,7 +449,7 @@ static int lat_send(struct lat_side *s, uint64_t size, unsigned total,
 		if (ret)
 			return ret;
 		if (s->client && i >= warm)
-			samples[i - warm] = (double)(now_ns() - t0) / 2;
+			samples[i - warm] = lat_elapsed_ns(t0) / 2;
 		s->recv_done--;
 		/* Replenish after taking the time: the repost is not part of
 		 * the round trip, as in perftest. */
@@ -404,7 +484,7 @@ static int lat_read(struct lat_side *s, uint64_t size, unsigned total,
 
 	if (s->client) {
 		for (i = 0; i < total; i++) {
-			uint64_t t0 = now_ns();
+			uint64_t t0 = lat_ticks();
 
 			ret = lat_post(s, TF_WR_RDMA_READ, size);
 			if (!ret)
@@ -412,7 +492,7 @@ static int lat_read(struct lat_side *s, uint64_t size, unsigned total,
 			if (ret)
 				return ret;
 			if (i >= warm)
-				samples[i - warm] = (double)(now_ns() - t0);
+				samples[i - warm] = lat_elapsed_ns(t0);
 		}
 		b = 'D';
 		return lat_sock(s->sock, &b, 1, true);
@@ -722,6 +802,7 @@ int cmd_lat(int argc, char **argv)
 		return 2;
 	if (!o.tests)
 		o.tests = (1u << LAT_NOPS) - 1;
+	lat_calibrate();
 	pick_cpus(&cpu_a, &cpu_b);
 	/* Two busy-polling processes on one CPU would each spin away the
 	 * other's time slice; then they yield instead. */
@@ -734,9 +815,13 @@ int cmd_lat(int argc, char **argv)
 		/* rxe and siw are kernel work (softirqs, kernel threads) on
 		 * these CPUs: with each CPU held by a spinner it runs only
 		 * when the scheduler preempts one, at its tick, and a round
-		 * trip takes milliseconds.  Not pinned and yielding, the
-		 * spinners leave it room. */
+		 * trip takes milliseconds.  Not pinned, and yielding once a
+		 * wait has spun LAT_YIELD_GRACE_NS, the spinners leave it
+		 * room; a round trip that the NIC finishes within the grace
+		 * pays no system call. */
 		spin_yield = true;
+		lat_yield_grace = (uint64_t)((double)LAT_YIELD_GRACE_NS /
+					     lat_ns_per_tick);
 		cpu_a = cpu_b = -1;
 		snprintf(pin_note, sizeof(pin_note),
 			 "(%s: software NIC, not pinned, yielding)",

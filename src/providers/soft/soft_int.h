@@ -144,9 +144,22 @@ struct soft_tpt_ctl {
 	 * for a peer (tcp): RDMA atomics are atomic with respect to each
 	 * other (IBV_ATOMIC_HCA). */
 	pthread_mutex_t atomic_lock;
+	/* One bit per QP slot (qpn % SOFT_MAX_QP): a shm peer sets its
+	 * target QP's bit before it rings the doorbell, and progress visits
+	 * only the QPs whose bits it takes (exchanging each word with 0),
+	 * not every QP of the context.  The peer's word like all of this
+	 * page: a bit names a slot, whatever QP lives there is looked at
+	 * (a bogus bit costs one cheap look).  On lines of their own, away
+	 * from the doorbell that every sender writes. */
+	_Alignas(64) _Atomic uint64_t ready[SOFT_MAX_QP / 64];
 };
 
+_Static_assert(sizeof(struct soft_tpt_ctl) <= SOFT_PAGE_SIZE,
+	       "the TPT control page");
+
 #define SOFT_TPT_MAGIC 0x5446545054534f46ull /* "FOSTPTFT" */
+/* Layout of the TPT memfd (soft_tpt_hdr.version): 2 added ctl.ready. */
+#define SOFT_TPT_VERSION 2u
 
 /* Header of the read-only part, at offset SOFT_PAGE_SIZE of the memfd. */
 struct soft_tpt_hdr {

@@ -406,7 +406,7 @@ int soft_tpt_init(struct soft_ctx *ctx)
 			     strerror(-ret));
 		goto err_unmap;
 	}
-	ctx->tpt->version = SOFT_ADDR_VERSION;
+	ctx->tpt->version = SOFT_TPT_VERSION;
 	ctx->tpt->nslots = nslots;
 	ctx->tpt->ctx_nonce = ctx->nonce;
 	ctx->tpt->pid = ctx->pid;

@@ -78,10 +78,95 @@ bool soft_shm_need_progress(struct soft_ctx *ctx)
 	       liveness_due(ctx, sc);
 }
 
+/*
+ * Look at one QP of the context: its inbound work (messages, the peer's
+ * error flag), its acknowledgements, its peer's liveness when @check.
+ * Sets the QP's bit in @keep when progress is to visit it again without
+ * a doorbell (messages in flight, a stalled RNR, its lock was busy, or a
+ * connect still under way).  Cheap for a QP with nothing to see.
+ */
+static int shm_visit(struct soft_qp *qp, bool check, uint64_t *keep)
+{
+	uint32_t qpn = SOFT_READ_ONCE(qp->base.qpn);
+	struct shm_qp *h;
+	struct shm_seg *seg;
+	int n = 0;
+
+	if (SOFT_READ_ONCE(qp->tp) != &soft_shm_transport)
+		return 0;
+	/* Look before taking the lock: polling an idle QP must cost a few
+	 * loads of lines that stay in this core's cache.  The reads race
+	 * with the QP's owner; they are hints only and everything is read
+	 * again under the lock. */
+	h = __atomic_load_n(&qp->tp_priv, __ATOMIC_ACQUIRE);
+	if (!h || !SOFT_READ_ONCE(qp->connected) ||
+	    SOFT_READ_ONCE(qp->base.state) == TF_QPS_INIT) {
+		/* Connecting (tp is reset if that fails): the peer may
+		 * already send (its connect can return first), and its ring
+		 * will not come again.  Look again until it is connected. */
+		keep[shm_bit_word(qpn)] |= shm_bit_mask(qpn);
+		return 0;
+	}
+	if (SOFT_READ_ONCE(qp->base.state) != TF_QPS_RTS)
+		return 0;
+	seg = own_seg(qp);
+	if (!check && !READ_ONCE(h->n_inflight) &&
+	    atomic_load_explicit(&seg->tail, memory_order_relaxed) ==
+		    READ_ONCE(h->rx_head) &&
+	    !atomic_load_explicit(&seg->peer_err, memory_order_relaxed))
+		return 0;
+	if (!soft_qp_trylock(qp)) {
+		keep[shm_bit_word(qpn)] |= shm_bit_mask(qpn);
+		return 0;
+	}
+	n += soft_shm_qp_progress(qp, h, check);
+	if (h->n_inflight || h->rnr_stalled)
+		keep[shm_bit_word(qpn)] |= shm_bit_mask(qpn);
+	soft_qp_unlock(qp);
+	return n;
+}
+
+/*
+ * Progress over the context's QPs.  Only those that may have something
+ * to see are visited: the QPs a peer flagged in tpt_ctl->ready (it sets
+ * the bit, then rings the doorbell) and our own with work in flight
+ * (sc->pend); every QP only for the liveness check, every few ms.  So an
+ * idle connection costs nothing per pass, and a peer holding hundreds of
+ * them does not slow the others (a hostile peer that sets every ready bit
+ * buys at most one cheap look per QP, what every pass cost before).
+ *
+ * Nothing is lost, because each side writes its flag before the word the
+ * other side reads first:
+ *  - ready: the peer publishes its message (ring tail, peer_err, rnr_go),
+ *    sets the bit, then increments the doorbell (both seq_cst RMWs).  We
+ *    read the doorbell (acquire) into db_seen, then read and exchange the
+ *    ready words.  If our read saw the increment (or a later one: the
+ *    increments are a release sequence), the bit was set before it and
+ *    the exchange takes it (or an earlier pass already did, after the
+ *    message was published: bits are cleared only here, under
+ *    progress_lock).  If it did not, db_seen stays behind the doorbell
+ *    and the next poll comes back here (soft_shm_need_progress,
+ *    soft_shm_doorbell_unseen; the wake-up and armed logic are the
+ *    doorbell's, unchanged).  So a pass whose doorbell did not move skips
+ *    the ready words: a bit set without a ring yet is taken on the pass
+ *    its ring causes (or earlier).
+ *  - pend: a post queues its message, sets the QP's bit, then sets
+ *    any_pending (release).  We exchange any_pending with false (acq_rel)
+ *    and take the pend words only if it was set: if we read that post's
+ *    store, its bit is visible to us; if its store comes after our
+ *    exchange, the flag stands and the next poll comes back here.  A QP
+ *    that still has work after its visit (or whose lock was busy) goes
+ *    back into pend, and any_pending is set again.
+ * The QP table changes only under progress_lock, which the caller holds:
+ * a bit whose slot is empty is dropped; one whose slot holds another QP
+ * than the peer meant (destroyed, its number reused) costs a cheap look.
+ */
 static int shm_progress(struct soft_ctx *ctx)
 {
 	struct shm_ctx *sc = ctx->shm_priv;
-	bool check = false, pending = false;
+	uint64_t keep[SOFT_MAX_QP / 64] = {0};
+	uint64_t db, db_prev;
+	bool check = false, rung, pending, any = false;
 	int n = 0;
 
 	if (liveness_due(ctx, sc)) {
@@ -93,50 +178,62 @@ static int shm_progress(struct soft_ctx *ctx)
 			soft_shm_sweep_idle(ctx);
 	}
 	/* Read the doorbell before looking at the QPs, so that a ring
-	 * after our look is never lost; clear the pending flag before the
-	 * walk, which sets it again if needed (a post racing with us sets
-	 * it after queueing). */
-	atomic_store_explicit(&sc->db_seen,
-			      atomic_load_explicit(&ctx->tpt_ctl->doorbell,
-						   memory_order_acquire),
-			      memory_order_relaxed);
-	atomic_store_explicit(&sc->any_pending, false, memory_order_relaxed);
+	 * after our look is never lost; clear the pending flag before
+	 * taking the pending QPs, which sets it again if needed (a post
+	 * racing with us sets it after its bit). */
+	db = atomic_load_explicit(&ctx->tpt_ctl->doorbell,
+				  memory_order_acquire);
+	db_prev = atomic_load_explicit(&sc->db_seen, memory_order_relaxed);
+	rung = db != db_prev;
+	atomic_store_explicit(&sc->db_seen, db, memory_order_relaxed);
+	pending = atomic_exchange_explicit(&sc->any_pending, false,
+					   memory_order_acq_rel);
 	/* Order the flag's clearing before our reads of the QPs (a store
 	 * then loads: only a full fence does that). */
 	atomic_thread_fence(memory_order_seq_cst);
-	for (uint32_t i = 0; i < ctx->n_qps; i++) {
-		struct soft_qp *qp = ctx->qps[i];
-
-		struct shm_qp *h;
-		struct shm_seg *seg;
-
-		if (SOFT_READ_ONCE(qp->tp) != &soft_shm_transport ||
-		    !SOFT_READ_ONCE(qp->connected) ||
-		    SOFT_READ_ONCE(qp->base.state) != TF_QPS_RTS)
-			continue;
-		/* Look before taking the lock: polling an idle QP must cost
-		 * a few loads of lines that stay in this core's cache.  The
-		 * reads race with the QP's owner; they are hints only and
-		 * everything is read again under the lock. */
-		h = __atomic_load_n(&qp->tp_priv, __ATOMIC_ACQUIRE);
-		seg = own_seg(qp);
-		if (!check && h && !READ_ONCE(h->n_inflight) &&
-		    atomic_load_explicit(&seg->tail, memory_order_relaxed) ==
-			    READ_ONCE(h->rx_head) &&
-		    !atomic_load_explicit(&seg->peer_err, memory_order_relaxed))
-			continue;
-		if (!soft_qp_trylock(qp)) {
-			pending = true;
-			continue;
+	if (check) {
+		/* Every QP: the bits are taken only not to visit twice. */
+		for (uint32_t w = 0; w < SOFT_MAX_QP / 64; w++) {
+			atomic_exchange_explicit(&ctx->tpt_ctl->ready[w], 0,
+						 memory_order_acq_rel);
+			atomic_exchange_explicit(&sc->pend[w], 0,
+						 memory_order_acq_rel);
 		}
-		if (h) {
-			n += soft_shm_qp_progress(qp, h, check);
-			if (h->n_inflight || h->rnr_stalled)
-				pending = true;
-		}
-		soft_qp_unlock(qp);
+		for (uint32_t i = 0; i < ctx->n_qps; i++)
+			n += shm_visit(ctx->qps[i], true, keep);
+		goto out;
 	}
-	if (pending)
+	for (uint32_t w = 0; w < SOFT_MAX_QP / 64; w++) {
+		uint64_t bits = 0;
+
+		if (rung && atomic_load_explicit(&ctx->tpt_ctl->ready[w],
+						 memory_order_relaxed))
+			bits = atomic_exchange_explicit(&ctx->tpt_ctl->ready[w],
+							0,
+							memory_order_acq_rel);
+		if (pending &&
+		    atomic_load_explicit(&sc->pend[w], memory_order_relaxed))
+			bits |= atomic_exchange_explicit(&sc->pend[w], 0,
+							 memory_order_acq_rel);
+		while (bits) {
+			struct soft_qp *qp =
+				ctx->qp_tab[w * 64 +
+					    (uint32_t)__builtin_ctzll(bits)];
+
+			bits &= bits - 1;
+			if (qp)
+				n += shm_visit(qp, false, keep);
+		}
+	}
+out:
+	for (uint32_t w = 0; w < SOFT_MAX_QP / 64; w++) {
+		if (!keep[w])
+			continue;
+		atomic_fetch_or_explicit(&sc->pend[w], keep[w],
+					 memory_order_acq_rel);
+		any = true;
+	}
+	if (any)
 		atomic_store_explicit(&sc->any_pending, true,
 				      memory_order_relaxed);
 	return n;

@@ -242,6 +242,12 @@ struct shm_ctx {
 	_Atomic uint64_t db_seen; /* doorbell value progress acted on */
 	/* Some QP waits for acks or an RNR timer: keep polling. */
 	_Atomic bool any_pending;
+	/* Which QPs (bit qpn % SOFT_MAX_QP) have work of their own to watch
+	 * for (messages in flight, a stalled RNR, a trylock that failed):
+	 * progress visits them, and the QPs of tpt_ctl->ready, and no
+	 * other (but for the liveness check).  Set by a post (under the
+	 * QP's lock) and by progress; taken by progress (exchange). */
+	_Atomic uint64_t pend[SOFT_MAX_QP / 64];
 };
 
 /* Per connected QP. */
@@ -250,6 +256,7 @@ struct shm_qp {
 	struct shm_seg *rseg; /* the peer QP's segment */
 	size_t rseg_size;
 	struct shm_seg_map *rmap; /* its entry in peer->seg_maps, or NULL */
+	uint32_t rqpn;		  /* the peer QP's number */
 	uint8_t *rring;
 	uint32_t rring_mask;
 	/* sender side */
@@ -347,15 +354,42 @@ static inline uint8_t *shm_map_cached(struct shm_peer *p,
  * use).  A system call, but only while the peer has armed a CQ. */
 void soft_shm_wake_peer(struct shm_peer *p);
 
-/* Tell the peer context that one of its QPs has something to see.  The
- * doorbell update is a full barrier, so the armed flag read after it
- * pairs with the peer's "arm, then poll once more". */
+_Static_assert(SOFT_MAX_QP % 64 == 0, "QP bitmaps");
+
+/* Bit of QP number @qpn in a map of SOFT_MAX_QP bits. */
+static inline uint32_t shm_bit_word(uint32_t qpn)
+{
+	return (qpn % SOFT_MAX_QP) / 64;
+}
+
+static inline uint64_t shm_bit_mask(uint32_t qpn)
+{
+	return 1ull << (qpn % 64);
+}
+
+/* Tell the peer context that its QP (our QP's peer) has something to see:
+ * its ready bit first, then the doorbell (the order the owner's progress
+ * relies on, see shm_progress).  The doorbell update is a full barrier,
+ * so the armed flag read after it pairs with the peer's "arm, then poll
+ * once more". */
 static inline void soft_shm_ring_doorbell(struct shm_qp *s)
 {
+	atomic_fetch_or_explicit(&s->peer->ctl->ready[shm_bit_word(s->rqpn)],
+				 shm_bit_mask(s->rqpn), memory_order_seq_cst);
 	atomic_fetch_add_explicit(&s->peer->ctl->doorbell, 1,
 				  memory_order_seq_cst);
 	if (atomic_load_explicit(&s->peer->ctl->armed, memory_order_relaxed))
 		soft_shm_wake_peer(s->peer);
+}
+
+/* Our QP @qpn has work to watch for (a message in flight): progress is
+ * to visit it until it has none.  The bit before the flag (release):
+ * progress takes the bits after it read the flag (see shm_progress). */
+static inline void shm_mark_pending(struct shm_ctx *sc, uint32_t qpn)
+{
+	atomic_fetch_or_explicit(&sc->pend[shm_bit_word(qpn)],
+				 shm_bit_mask(qpn), memory_order_acq_rel);
+	atomic_store_explicit(&sc->any_pending, true, memory_order_release);
 }
 
 /* ---------------------------------------------------------------- rma.c */

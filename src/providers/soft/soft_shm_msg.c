@@ -96,9 +96,7 @@ int soft_shm_ring_send(struct soft_qp *qp, struct shm_qp *s,
 	wqe->psn = (uint32_t)m->seq;
 	atomic_store_explicit(&s->rseg->tail, s->tx_tail, memory_order_release);
 	SOFT_WRITE_ONCE(s->n_inflight, s->n_inflight + 1);
-	atomic_store_explicit(
-		&((struct shm_ctx *)qp->ctx->shm_priv)->any_pending, true,
-		memory_order_release);
+	shm_mark_pending(qp->ctx->shm_priv, qp->base.qpn);
 	soft_shm_ring_doorbell(s);
 	return 0;
 }

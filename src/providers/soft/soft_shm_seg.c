@@ -635,6 +635,7 @@ static int peer_get(struct soft_ctx *ctx, const struct soft_peer_addr *a,
 	close(fd);
 	fd = -1;
 	if (p->tpt->magic != SOFT_TPT_MAGIC ||
+	    p->tpt->version != SOFT_TPT_VERSION ||
 	    p->tpt->ctx_nonce != a->ctx_nonce || p->tpt->pid != a->pid ||
 	    !p->tpt->nslots || (p->tpt->nslots & (p->tpt->nslots - 1)) ||
 	    sizeof(struct soft_tpt_hdr) +
@@ -1024,6 +1025,7 @@ int soft_shm_connect(struct soft_qp *qp)
 	s = tf__calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
+	s->rqpn = a->qpn;
 	ret = own_conn_set(qp);
 	if (ret)
 		goto err_free;

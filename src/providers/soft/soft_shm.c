@@ -81,11 +81,28 @@ bool soft_shm_need_progress(struct soft_ctx *ctx)
 /*
  * Look at one QP of the context: its inbound work (messages, the peer's
  * error flag), its acknowledgements, its peer's liveness when @check.
- * Sets the QP's bit in @keep when progress is to visit it again without
+ * Adds the QP to @keep when progress is to visit it again without
  * a doorbell (messages in flight, a stalled RNR, its lock was busy, or a
  * connect still under way).  Cheap for a QP with nothing to see.
  */
-static int shm_visit(struct soft_qp *qp, bool check, uint64_t *keep)
+/* Which QPs to visit again: bit w of sum says keep[w] is in use. */
+struct shm_keep {
+	uint64_t sum;
+	uint64_t bits[SOFT_MAX_QP / 64];
+};
+
+static void keep_qp(struct shm_keep *k, uint32_t qpn)
+{
+	uint32_t w = shm_bit_word(qpn);
+
+	if (!(k->sum & (1ull << w))) {
+		k->sum |= 1ull << w;
+		k->bits[w] = 0;
+	}
+	k->bits[w] |= shm_bit_mask(qpn);
+}
+
+static int shm_visit(struct soft_qp *qp, bool check, struct shm_keep *keep)
 {
 	uint32_t qpn = SOFT_READ_ONCE(qp->base.qpn);
 	struct shm_qp *h;
@@ -104,7 +121,7 @@ static int shm_visit(struct soft_qp *qp, bool check, uint64_t *keep)
 		/* Connecting (tp is reset if that fails): the peer may
 		 * already send (its connect can return first), and its ring
 		 * will not come again.  Look again until it is connected. */
-		keep[shm_bit_word(qpn)] |= shm_bit_mask(qpn);
+		keep_qp(keep, qpn);
 		return 0;
 	}
 	if (SOFT_READ_ONCE(qp->base.state) != TF_QPS_RTS)
@@ -116,12 +133,12 @@ static int shm_visit(struct soft_qp *qp, bool check, uint64_t *keep)
 	    !atomic_load_explicit(&seg->peer_err, memory_order_relaxed))
 		return 0;
 	if (!soft_qp_trylock(qp)) {
-		keep[shm_bit_word(qpn)] |= shm_bit_mask(qpn);
+		keep_qp(keep, qpn);
 		return 0;
 	}
 	n += soft_shm_qp_progress(qp, h, check);
 	if (h->n_inflight || h->rnr_stalled)
-		keep[shm_bit_word(qpn)] |= shm_bit_mask(qpn);
+		keep_qp(keep, qpn);
 	soft_qp_unlock(qp);
 	return n;
 }
@@ -150,13 +167,13 @@ static int shm_visit(struct soft_qp *qp, bool check, uint64_t *keep)
  *    doorbell's, unchanged).  So a pass whose doorbell did not move skips
  *    the ready words: a bit set without a ring yet is taken on the pass
  *    its ring causes (or earlier).
- *  - pend: a post queues its message, sets the QP's bit, then sets
- *    any_pending (release).  We exchange any_pending with false (acq_rel)
- *    and take the pend words only if it was set: if we read that post's
- *    store, its bit is visible to us; if its store comes after our
- *    exchange, the flag stands and the next poll comes back here.  A QP
- *    that still has work after its visit (or whose lock was busy) goes
- *    back into pend, and any_pending is set again.
+ *  - pend: a post queues its message, sets the QP's bit in pend[w], then
+ *    bit w of any_pending (release).  We exchange any_pending with 0
+ *    (acq_rel) and take the pend words it names: if we read that post's
+ *    bit, its pend bit is visible to us; if its fetch_or comes after our
+ *    exchange, its bit stands in any_pending and the next poll comes back
+ *    here.  A QP that still has work after its visit (or whose lock was
+ *    busy) goes back into pend, and into any_pending.
  * The QP table changes only under progress_lock, which the caller holds:
  * a bit whose slot is empty is dropped; one whose slot holds another QP
  * than the peer meant (destroyed, its number reused) costs a cheap look.
@@ -164,9 +181,9 @@ static int shm_visit(struct soft_qp *qp, bool check, uint64_t *keep)
 static int shm_progress(struct soft_ctx *ctx)
 {
 	struct shm_ctx *sc = ctx->shm_priv;
-	uint64_t keep[SOFT_MAX_QP / 64] = {0};
-	uint64_t db, db_prev;
-	bool check = false, rung, pending, any = false;
+	struct shm_keep keep;
+	uint64_t db, db_prev, pending;
+	bool check = false, rung;
 	int n = 0;
 
 	if (liveness_due(ctx, sc)) {
@@ -178,18 +195,20 @@ static int shm_progress(struct soft_ctx *ctx)
 			soft_shm_sweep_idle(ctx);
 	}
 	/* Read the doorbell before looking at the QPs, so that a ring
-	 * after our look is never lost; clear the pending flag before
-	 * taking the pending QPs, which sets it again if needed (a post
-	 * racing with us sets it after its bit). */
+	 * after our look is never lost; clear the pending words before
+	 * taking the pending QPs, which set them again if needed (a post
+	 * racing with us sets its word after its bit). */
 	db = atomic_load_explicit(&ctx->tpt_ctl->doorbell,
 				  memory_order_acquire);
 	db_prev = atomic_load_explicit(&sc->db_seen, memory_order_relaxed);
 	rung = db != db_prev;
 	atomic_store_explicit(&sc->db_seen, db, memory_order_relaxed);
-	pending = atomic_exchange_explicit(&sc->any_pending, false,
+	pending = atomic_exchange_explicit(&sc->any_pending, 0,
 					   memory_order_acq_rel);
-	/* Order the flag's clearing before our reads of the QPs (a store
-	 * then loads: only a full fence does that). */
+	keep.sum = 0;
+	/* Order our stores (db_seen, the pending words) before our reads
+	 * of the bits and the QPs (stores then loads: only a full fence
+	 * does that). */
 	atomic_thread_fence(memory_order_seq_cst);
 	if (check) {
 		/* Every QP: the bits are taken only not to visit twice. */
@@ -200,7 +219,7 @@ static int shm_progress(struct soft_ctx *ctx)
 						 memory_order_acq_rel);
 		}
 		for (uint32_t i = 0; i < ctx->n_qps; i++)
-			n += shm_visit(ctx->qps[i], true, keep);
+			n += shm_visit(ctx->qps[i], true, &keep);
 		goto out;
 	}
 	for (uint32_t w = 0; w < SOFT_MAX_QP / 64; w++) {
@@ -211,8 +230,7 @@ static int shm_progress(struct soft_ctx *ctx)
 			bits = atomic_exchange_explicit(&ctx->tpt_ctl->ready[w],
 							0,
 							memory_order_acq_rel);
-		if (pending &&
-		    atomic_load_explicit(&sc->pend[w], memory_order_relaxed))
+		if (pending & (1ull << w))
 			bits |= atomic_exchange_explicit(&sc->pend[w], 0,
 							 memory_order_acq_rel);
 		while (bits) {
@@ -222,20 +240,19 @@ static int shm_progress(struct soft_ctx *ctx)
 
 			bits &= bits - 1;
 			if (qp)
-				n += shm_visit(qp, false, keep);
+				n += shm_visit(qp, false, &keep);
 		}
 	}
 out:
-	for (uint32_t w = 0; w < SOFT_MAX_QP / 64; w++) {
-		if (!keep[w])
-			continue;
-		atomic_fetch_or_explicit(&sc->pend[w], keep[w],
-					 memory_order_acq_rel);
-		any = true;
+	for (uint64_t sum = keep.sum; sum; sum &= sum - 1) {
+		uint32_t w = (uint32_t)__builtin_ctzll(sum);
+
+		atomic_fetch_or_explicit(&sc->pend[w], keep.bits[w],
+					 memory_order_relaxed);
 	}
-	if (any)
-		atomic_store_explicit(&sc->any_pending, true,
-				      memory_order_relaxed);
+	if (keep.sum)
+		atomic_fetch_or_explicit(&sc->any_pending, keep.sum,
+					 memory_order_release);
 	return n;
 }
 

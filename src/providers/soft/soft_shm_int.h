@@ -240,13 +240,14 @@ struct shm_ctx {
 	_Atomic bool no_getfd;
 	_Atomic uint64_t next_check_ns;
 	_Atomic uint64_t db_seen; /* doorbell value progress acted on */
-	/* Some QP waits for acks or an RNR timer: keep polling. */
-	_Atomic bool any_pending;
 	/* Which QPs (bit qpn % SOFT_MAX_QP) have work of their own to watch
 	 * for (messages in flight, a stalled RNR, a trylock that failed):
 	 * progress visits them, and the QPs of tpt_ctl->ready, and no
 	 * other (but for the liveness check).  Set by a post (under the
-	 * QP's lock) and by progress; taken by progress (exchange). */
+	 * QP's lock) and by progress; taken by progress (exchange).
+	 * any_pending has bit w set when pend[w] may have bits: nonzero,
+	 * some QP waits for acks or an RNR timer, so keep polling. */
+	_Atomic uint64_t any_pending;
 	_Atomic uint64_t pend[SOFT_MAX_QP / 64];
 };
 
@@ -354,7 +355,8 @@ static inline uint8_t *shm_map_cached(struct shm_peer *p,
  * use).  A system call, but only while the peer has armed a CQ. */
 void soft_shm_wake_peer(struct shm_peer *p);
 
-_Static_assert(SOFT_MAX_QP % 64 == 0, "QP bitmaps");
+_Static_assert(SOFT_MAX_QP % 64 == 0 && SOFT_MAX_QP / 64 <= 64,
+	       "QP bitmaps and their summary word");
 
 /* Bit of QP number @qpn in a map of SOFT_MAX_QP bits. */
 static inline uint32_t shm_bit_word(uint32_t qpn)
@@ -387,9 +389,12 @@ static inline void soft_shm_ring_doorbell(struct shm_qp *s)
  * progress takes the bits after it read the flag (see shm_progress). */
 static inline void shm_mark_pending(struct shm_ctx *sc, uint32_t qpn)
 {
-	atomic_fetch_or_explicit(&sc->pend[shm_bit_word(qpn)],
-				 shm_bit_mask(qpn), memory_order_acq_rel);
-	atomic_store_explicit(&sc->any_pending, true, memory_order_release);
+	uint32_t w = shm_bit_word(qpn);
+
+	atomic_fetch_or_explicit(&sc->pend[w], shm_bit_mask(qpn),
+				 memory_order_relaxed);
+	atomic_fetch_or_explicit(&sc->any_pending, 1ull << w,
+				 memory_order_release);
 }
 
 /* ---------------------------------------------------------------- rma.c */

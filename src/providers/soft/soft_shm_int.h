@@ -63,6 +63,13 @@
  * timeout is not used: a live peer acknowledges when it next makes
  * progress (or its progress thread does), so only death fails work.
  *
+ * Progress visits only the QPs with something to see: a peer sets its
+ * target QP's bit in the context's ready map (soft_tpt_ctl.ready) before
+ * it rings the doorbell, and a QP with messages in flight is kept in a
+ * private map (shm_ctx.pend); every QP is looked at only for the liveness
+ * check.  Idle connections cost nothing (shm_progress has the argument
+ * that no ring is lost).
+ *
  * A process asleep on a CQ fd (no progress thread) is woken by its peers:
  * while one of its CQs is armed, a peer that rings its doorbell or
  * acknowledges its messages also writes its wake eventfd, duplicated with

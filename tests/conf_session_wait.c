@@ -75,22 +75,8 @@ static void client(struct tf_pair *p, tf_node_t *node, uint16_t port)
 int main(void)
 {
 	struct tf_pair p;
-	tf_node_t *node;
 
 	tf_test_begin("conf_session_wait");
 	tf_test_pair_open(&p);
-	node = st_node(&p, -1, NULL, 0);
-	if (p.side == TF_SIDE_B) {
-		tf_listener_t *l;
-
-		CHECK_OK(st_listen(node, &l));
-		tf_test_send_u64(&p, tf_listener_port(l));
-		server(&p, l);
-		tf_listener_destroy(l);
-	} else {
-		client(&p, node, (uint16_t)tf_test_recv_u64(&p));
-	}
-	tf_test_sync(&p);
-	tf_node_destroy(node);
-	return tf_test_pair_end(&p);
+	return st_run(&p, server, client);
 }

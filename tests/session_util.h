@@ -72,6 +72,33 @@ static inline const char *st_host(void)
 	return tf_test_peer_host();
 }
 
+/*
+ * The shape of most session tests, after tf_test_begin, tf_test_pair_open
+ * and any capability checks: side B listens (st_listen), tells A its port
+ * and runs @server; side A runs @client against that port; both sync,
+ * close their node and end the pair (the exit status for main).
+ */
+static inline int
+st_run(struct tf_pair *p, void (*server)(struct tf_pair *, tf_listener_t *),
+       void (*client)(struct tf_pair *, tf_node_t *, uint16_t))
+{
+	tf_node_t *node = st_node(p, -1, NULL, 0);
+
+	if (p->side == TF_SIDE_B) {
+		tf_listener_t *l;
+
+		CHECK_OK(st_listen(node, &l));
+		tf_test_send_u64(p, tf_listener_port(l));
+		server(p, l);
+		tf_listener_destroy(l);
+	} else {
+		client(p, node, (uint16_t)tf_test_recv_u64(p));
+	}
+	tf_test_sync(p);
+	tf_node_destroy(node);
+	return tf_test_pair_end(p);
+}
+
 /* Server: accept one session within the test timeout. */
 static inline tf_session_t *st_accept(tf_listener_t *l, unsigned flags)
 {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fault_util.h - helpers shared by the fault and soak tests (header only),
- * whose clock and fd count serve other tests too (soft_shm_*): resource
- * counters of this process (fds, threads, RSS) and peers that run
+ * whose clock, fd count and shm sides serve other tests too (soft_shm_*):
+ * resource counters of this process (fds, threads, RSS) and peers that run
  * as separate programs.  A peer is this same executable started again
  * through /proc/self/exe with "peer" arguments, so that it begins with a
  * fresh address space and opens its own context (a forked child would
@@ -31,6 +31,57 @@ static inline uint64_t ft_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* One soft-provider context over shm with a PD, a CQ and @buf (@len
+ * bytes) registered for local writes: a side of the shm transport's unit
+ * tests, which connect QPs between two such contexts of one process. */
+static inline void ft_shm_side_open(tf_context_t **ctx, tf_pd_t **pd,
+				    tf_cq_t **cq, void *buf, size_t len,
+				    tf_mr_t **mr)
+{
+	tf_context_params_t cp = {
+		.field_mask =
+			TF_CONTEXT_PARAM_PROVIDER | TF_CONTEXT_PARAM_TRANSPORT,
+		.provider = "soft",
+		.transport = "shm",
+	};
+
+	CHECK_OK(tf_context_open(&cp, ctx));
+	CHECK_OK(tf_pd_create(*ctx, pd));
+	CHECK_OK(tf_cq_create(*ctx, NULL, cq));
+	CHECK_OK(tf_mr_reg(*pd, buf, len, TF_ACCESS_LOCAL_WRITE, mr));
+}
+
+/* Undo ft_shm_side_open, its QPs already destroyed. */
+static inline void ft_shm_side_close(tf_context_t *ctx, tf_pd_t *pd,
+				     tf_cq_t *cq, tf_mr_t *mr)
+{
+	tf_mr_dereg(mr);
+	tf_cq_destroy(cq);
+	tf_pd_destroy(pd);
+	tf_context_close(ctx);
+}
+
+/* One completion on @cq of context @self, making progress on @self and
+ * @other (the two sides of one process) until it comes, for at most
+ * @bound_ms. */
+static inline void ft_shm_wait_wc(tf_cq_t *cq, tf_context_t *self,
+				  tf_context_t *other, struct tf_wc *wc,
+				  uint64_t bound_ms)
+{
+	uint64_t end = ft_now_ms() + bound_ms;
+
+	for (;;) {
+		int n = tf_cq_poll(cq, 1, wc);
+
+		CHECK(n >= 0);
+		if (n)
+			return;
+		tf_context_progress(self);
+		tf_context_progress(other);
+		CHECKF(ft_now_ms() < end, "no completion");
+	}
 }
 
 /*

@@ -36,26 +36,12 @@ struct side {
 
 static void side_open(struct side *s)
 {
-	tf_context_params_t cp = {
-		.field_mask =
-			TF_CONTEXT_PARAM_PROVIDER | TF_CONTEXT_PARAM_TRANSPORT,
-		.provider = "soft",
-		.transport = "shm",
-	};
-
-	CHECK_OK(tf_context_open(&cp, &s->ctx));
-	CHECK_OK(tf_pd_create(s->ctx, &s->pd));
-	CHECK_OK(tf_cq_create(s->ctx, NULL, &s->cq));
-	CHECK_OK(
-		tf_mr_reg(s->pd, s->buf, BUFSZ, TF_ACCESS_LOCAL_WRITE, &s->mr));
+	ft_shm_side_open(&s->ctx, &s->pd, &s->cq, s->buf, BUFSZ, &s->mr);
 }
 
 static void side_close(struct side *s)
 {
-	tf_mr_dereg(s->mr);
-	tf_cq_destroy(s->cq);
-	tf_pd_destroy(s->pd);
-	tf_context_close(s->ctx);
+	ft_shm_side_close(s->ctx, s->pd, s->cq, s->mr);
 }
 
 static tf_qp_t *new_qp(struct side *s)
@@ -79,18 +65,7 @@ static ino_t seg_ino(tf_qp_t *qp)
 /* One completion on @s's CQ, making progress on both sides. */
 static void wait_wc(struct side *s, struct side *o, struct tf_wc *wc)
 {
-	uint64_t end = ft_now_ms() + BOUND_MS;
-
-	for (;;) {
-		int n = tf_cq_poll(s->cq, 1, wc);
-
-		CHECK(n >= 0);
-		if (n)
-			return;
-		tf_context_progress(s->ctx);
-		tf_context_progress(o->ctx);
-		CHECKF(ft_now_ms() < end, "no completion");
-	}
+	ft_shm_wait_wc(s->cq, s->ctx, o->ctx, wc, BOUND_MS);
 }
 
 /* A SEND of @byte from @qa (side @a) to @qb (side @b), checked. */

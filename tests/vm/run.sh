@@ -464,7 +464,8 @@ fi
 # ------------------------------------------------------------- results
 # One line per test: PASS/FAIL/SKIP, the skip reason or the failure's
 # last lines, then a table.  Test output is in the console log.
-rm -f "$W/summary.txt" "$W/summary.txt.observe" "$W/devices.txt"
+rm -f "$W/summary.txt" "$W/summary.txt.observe" "$W/summary.txt.fail" \
+	"$W/devices.txt"
 : >"$W/summary.txt" # stays empty when no test ran (TOLLFREE_VM_TESTS=none)
 # shellcheck disable=SC2086 # LOGS: the console logs, one word each
 awk -v out="$W/summary.txt" -v devs="$W/devices.txt" '
@@ -511,9 +512,15 @@ function flush_test() {
 	}
 	print line
 	print line > out
-	if (res != "PASS" && res != "SKIP")
-		for (i = (nl > 12 ? nl - 11 : 1); i <= nl; i++)
+	if (res != "PASS" && res != "SKIP") {
+		# Again at the end of the output, where a CI log tail
+		# shows it.
+		print line > (out ".fail")
+		for (i = (nl > 12 ? nl - 11 : 1); i <= nl; i++) {
 			print "        | " buf[i]
+			print "        | " buf[i] > (out ".fail")
+		}
+	}
 	name = ""
 }
 /^@@TEST / { flush_test(); topo = $2; name = $3; rc = $4; secs = $5
@@ -726,6 +733,10 @@ if [ -s "$W/devices.txt" ]; then
 	echo "--- per device: tests passed, skipped, failed; parts of" \
 		"passing tests not tried; then what caused the skips ---"
 	cat "$W/devices.txt"
+fi
+if [ -s "$W/summary.txt.fail" ]; then
+	echo "--- failed tests and their last lines (whole output: $W/console*.log) ---"
+	cat "$W/summary.txt.fail"
 fi
 NPASS=$(grep -c ' PASS ' "$W/summary.txt" || true)
 NSKIP=$(grep -c ' SKIP ' "$W/summary.txt" || true)

@@ -78,6 +78,15 @@ int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n)
 		case WR_SEND:
 			if (slot >= s->c->send_depth)
 				goto bad;
+			/* A READ or atomic answered after the last SEND or
+			 * WRITE: everything sent before it is placed
+			 * (tf__sess_fence). */
+			if (s->fence_read &&
+			    (s->fence_read - 1) % s->c->send_depth == slot &&
+			    wc->status == TF_WC_SUCCESS) {
+				s->fence_due = false;
+				s->fence_read = 0;
+			}
 			wc->wr_id = s->send_ids[slot];
 			s->send_done++;
 			break;
@@ -443,10 +452,15 @@ static int post_user(struct tf_session *s, struct tf_send_wr *wr,
 	s->send_posted++;
 	/* READs and atomics complete with the peer's response: only what
 	 * is sent one way can be overtaken. */
-	if (wr->opcode != TF_WR_RDMA_READ &&
-	    wr->opcode != TF_WR_ATOMIC_FETCH_ADD &&
-	    wr->opcode != TF_WR_ATOMIC_CMP_SWP)
+	if (wr->opcode == TF_WR_RDMA_READ ||
+	    wr->opcode == TF_WR_ATOMIC_FETCH_ADD ||
+	    wr->opcode == TF_WR_ATOMIC_CMP_SWP) {
+		if (s->fence_due)
+			s->fence_read = s->send_posted;
+	} else {
 		s->fence_due = s->node->fence;
+		s->fence_read = 0;
+	}
 	return 0;
 }
 
@@ -498,6 +512,7 @@ int tf__sess_fence(struct tf_session *s)
 	}
 	tf_log_debug(S, "fence: the peer placed what was sent");
 	s->fence_due = false;
+	s->fence_read = 0;
 	return 0;
 }
 

@@ -270,6 +270,9 @@ struct tf_session {
 	uint64_t exposed;
 	/* A SEND or WRITE was posted since the last fence (node->fence). */
 	bool fence_due;
+	/* 1 + the send index of the last READ posted with no SEND or WRITE
+	 * after it, 0 if none: its success fences like the fence READ. */
+	uint64_t fence_read;
 	int fence_pending; /* the fence READ, not completed */
 	enum tf_wc_status fence_status;
 	int n_bufs, n_exps, n_exps_sent, n_peer;

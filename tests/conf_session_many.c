@@ -342,10 +342,15 @@ int main(void)
 	/*
 	 * No per-session leak.  What malloc has handed out and not got back
 	 * is within 64 KiB at both samples: a leak of one 32-byte block
-	 * every 40 sessions would exceed it.  RSS (freed pages given back
-	 * to the system first, see sample()) grew by at most 512 KiB, which
-	 * 6 bytes a session would exceed: it catches memory mapped outside
-	 * malloc (rings, tables, stacks) too.
+	 * every 40 sessions would exceed it.  Anonymous and shared memory
+	 * resident (freed pages given back to the system first, see
+	 * sample()) grew by at most 512 KiB, which 6 bytes a session would
+	 * exceed: it catches memory mapped outside malloc (the soft
+	 * provider's rings and tables, stacks) too.  Not the whole RSS: on
+	 * verbs it counts the device's queues mapped from the uverbs file,
+	 * which come and go with connections and the stock; under siw and
+	 * rxe in the guest it moved by -900 to +600 KiB between samples
+	 * while anonymous memory moved by less than 250.
 	 */
 #ifdef ST_SANITIZER
 	tf_test_info("sanitizer build: RSS not checked");
@@ -353,9 +358,11 @@ int main(void)
 	CHECKF(s1.heap_used - s0.heap_used <= 64 * 1024,
 	       "memory in use from malloc grew by %ld B",
 	       s1.heap_used - s0.heap_used);
-	CHECKF(s1.rss - s0.rss <= 512 * 1024,
-	       "RSS grew by %ld KiB (malloc holds %+ld KiB)",
-	       (s1.rss - s0.rss) / 1024, (s1.heap_held - s0.heap_held) / 1024);
+	CHECKF(s1.anon + s1.shmem - s0.anon - s0.shmem <= 512 * 1024,
+	       "anonymous and shared RSS grew by %ld KiB (malloc holds %+ld "
+	       "KiB)",
+	       (s1.anon + s1.shmem - s0.anon - s0.shmem) / 1024,
+	       (s1.heap_held - s0.heap_held) / 1024);
 #endif
 	if (l)
 		tf_listener_destroy(l);

@@ -25,15 +25,43 @@
  * replayed, dropped or reordered message fails to open as well.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include "session_int.h"
 
 #define S TF_SESS_SUBSYS
+
+/*
+ * The algorithms, looked up once.  OpenSSL 3 looks an algorithm up in its
+ * provider store, under a lock, each time EVP_sha256() or HMAC() is used
+ * without a fetched object; a handshake used them about twenty times.
+ * Fetched objects are immutable and may be shared by threads.
+ */
+static pthread_once_t algs_once = PTHREAD_ONCE_INIT;
+static const EVP_MD *alg_sha256;
+static const EVP_CIPHER *alg_gcm;
+
+static void algs_fetch(void)
+{
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+	alg_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+	alg_gcm = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
+#endif
+	/* Where fetching is not available or failed: the built-ins. */
+	if (!alg_sha256)
+		alg_sha256 = EVP_sha256();
+	if (!alg_gcm)
+		alg_gcm = EVP_aes_256_gcm();
+}
+
+static void algs(void)
+{
+	pthread_once(&algs_once, algs_fetch);
+}
 
 struct tf_sess_keys {
 	EVP_CIPHER_CTX *tx, *rx; /* keyed once; the IV is set per message */
@@ -43,6 +71,7 @@ struct tf_sess_keys {
 
 struct tf_transcript {
 	EVP_MD_CTX *md;
+	EVP_MD_CTX *tmp; /* for a hash of the transcript so far */
 };
 
 static int crypto_fail(const char *what)
@@ -51,19 +80,89 @@ static int crypto_fail(const char *what)
 	return -EIO;
 }
 
-static int hmac(const uint8_t *key, size_t key_len, const uint8_t *data,
-		size_t len, uint8_t out[32])
-{
-	unsigned out_len = 32;
+/*
+ * HMAC-SHA256 (RFC 2104) keyed once: the hash states after the inner and
+ * outer padded keys, copied for each message (HKDF expands five times
+ * from one key).
+ */
+struct hmac_key {
+	EVP_MD_CTX *in, *out, *tmp;
+};
 
-	if (!HMAC(EVP_sha256(), key, (int)key_len, data, len, out, &out_len) ||
-	    out_len != 32)
-		return crypto_fail("HMAC-SHA256");
+/* Freeing a context clears its state (EVP_MD_CTX_reset). */
+static void hmac_free(struct hmac_key *h)
+{
+	EVP_MD_CTX_free(h->in);
+	EVP_MD_CTX_free(h->out);
+	EVP_MD_CTX_free(h->tmp);
+	h->in = h->out = h->tmp = NULL;
+}
+
+static int hmac_init(struct hmac_key *h, const uint8_t *key, size_t key_len)
+{
+	uint8_t k[64] = {0}, pad[64];
+	unsigned n = 0;
+	int ok;
+
+	algs();
+	h->in = EVP_MD_CTX_new();
+	h->out = EVP_MD_CTX_new();
+	h->tmp = EVP_MD_CTX_new();
+	ok = h->in && h->out && h->tmp;
+	/* A key longer than the block is hashed first. */
+	if (ok && key_len > sizeof(k))
+		ok = EVP_Digest(key, key_len, k, &n, alg_sha256, NULL) == 1;
+	else if (ok)
+		memcpy(k, key, key_len);
+	for (size_t i = 0; i < sizeof(pad); i++)
+		pad[i] = k[i] ^ 0x36;
+	ok = ok && EVP_DigestInit_ex(h->in, alg_sha256, NULL) == 1 &&
+	     EVP_DigestUpdate(h->in, pad, sizeof(pad)) == 1;
+	for (size_t i = 0; i < sizeof(pad); i++)
+		pad[i] = k[i] ^ 0x5c;
+	ok = ok && EVP_DigestInit_ex(h->out, alg_sha256, NULL) == 1 &&
+	     EVP_DigestUpdate(h->out, pad, sizeof(pad)) == 1;
+	OPENSSL_cleanse(k, sizeof(k));
+	OPENSSL_cleanse(pad, sizeof(pad));
+	if (!ok) {
+		hmac_free(h);
+		return crypto_fail("HMAC-SHA256 set-up");
+	}
 	return 0;
 }
 
+static int hmac_run(struct hmac_key *h, const uint8_t *data, size_t len,
+		    uint8_t out[32])
+{
+	uint8_t inner[32];
+	unsigned n = 0, m = 0;
+	int ok;
+
+	ok = EVP_MD_CTX_copy_ex(h->tmp, h->in) == 1 &&
+	     EVP_DigestUpdate(h->tmp, data, len) == 1 &&
+	     EVP_DigestFinal_ex(h->tmp, inner, &n) == 1 && n == 32 &&
+	     EVP_MD_CTX_copy_ex(h->tmp, h->out) == 1 &&
+	     EVP_DigestUpdate(h->tmp, inner, sizeof(inner)) == 1 &&
+	     EVP_DigestFinal_ex(h->tmp, out, &m) == 1 && m == 32;
+	OPENSSL_cleanse(inner, sizeof(inner));
+	return ok ? 0 : crypto_fail("HMAC-SHA256");
+}
+
+int tf__hmac_sha256(const uint8_t *key, size_t key_len, const uint8_t *data,
+		    size_t len, uint8_t out[32])
+{
+	struct hmac_key h;
+	int ret = hmac_init(&h, key, key_len);
+
+	if (ret)
+		return ret;
+	ret = hmac_run(&h, data, len, out);
+	hmac_free(&h);
+	return ret;
+}
+
 /* HKDF-Expand for outputs of at most one block (RFC 5869 2.3, N = 1). */
-static int hkdf_expand(const uint8_t prk[32], const char *label, uint8_t *out,
+static int hkdf_expand(struct hmac_key *prk, const char *label, uint8_t *out,
 		       size_t len)
 {
 	uint8_t info[64], t[32];
@@ -74,10 +173,23 @@ static int hkdf_expand(const uint8_t prk[32], const char *label, uint8_t *out,
 		return -EINVAL;
 	memcpy(info, label, ll);
 	info[ll] = 1;
-	ret = hmac(prk, 32, info, ll + 1, t);
+	ret = hmac_run(prk, info, ll + 1, t);
 	if (!ret)
 		memcpy(out, t, len);
 	OPENSSL_cleanse(t, sizeof(t));
+	return ret;
+}
+
+int tf__hkdf_expand(const uint8_t prk[32], const char *label, uint8_t *out,
+		    size_t len)
+{
+	struct hmac_key hk;
+	int ret = hmac_init(&hk, prk, 32);
+
+	if (ret)
+		return ret;
+	ret = hkdf_expand(&hk, label, out, len);
+	hmac_free(&hk);
 	return ret;
 }
 
@@ -87,8 +199,8 @@ static EVP_CIPHER_CTX *gcm_ctx(const uint8_t key[32], bool enc)
 
 	if (!x)
 		return NULL;
-	if (EVP_CipherInit_ex(x, EVP_aes_256_gcm(), NULL, NULL, NULL,
-			      enc ? 1 : 0) != 1 ||
+	algs();
+	if (EVP_CipherInit_ex(x, alg_gcm, NULL, NULL, NULL, enc ? 1 : 0) != 1 ||
 	    EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_GCM_SET_IVLEN, TF_WIRE_IV, NULL) !=
 		    1 ||
 	    EVP_CipherInit_ex(x, NULL, NULL, key, NULL, -1) != 1) {
@@ -104,30 +216,34 @@ int tf__keys_derive(const uint8_t *psk, size_t psk_len,
 		    uint8_t fin_s[TF_WIRE_MAC], struct tf_sess_keys **k_p)
 {
 	uint8_t salt[2 * TF_WIRE_NONCE], prk[32], kc[32], ks[32];
+	struct hmac_key hk = {0};
 	struct tf_sess_keys *k;
 	int ret;
 
 	memcpy(salt, nonce_c, TF_WIRE_NONCE);
 	memcpy(salt + TF_WIRE_NONCE, nonce_s, TF_WIRE_NONCE);
 	/* HKDF-Extract: HMAC(salt, ikm). */
-	ret = hmac(salt, sizeof(salt), psk, psk_len, prk);
+	ret = tf__hmac_sha256(salt, sizeof(salt), psk, psk_len, prk);
 	if (ret)
 		return ret;
+	ret = hmac_init(&hk, prk, sizeof(prk));
+	if (ret)
+		goto out;
 	k = tf__calloc(1, sizeof(*k));
 	if (!k) {
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = hkdf_expand(prk, "tollfree v3 s fin", fin_s, TF_WIRE_MAC);
+	ret = hkdf_expand(&hk, "tollfree v3 s fin", fin_s, TF_WIRE_MAC);
 	if (!ret)
-		ret = hkdf_expand(prk, "tollfree v3 c key", kc, sizeof(kc));
+		ret = hkdf_expand(&hk, "tollfree v3 c key", kc, sizeof(kc));
 	if (!ret)
-		ret = hkdf_expand(prk, "tollfree v3 s key", ks, sizeof(ks));
+		ret = hkdf_expand(&hk, "tollfree v3 s key", ks, sizeof(ks));
 	if (!ret)
-		ret = hkdf_expand(prk, "tollfree v3 c iv",
+		ret = hkdf_expand(&hk, "tollfree v3 c iv",
 				  server ? k->iv_rx : k->iv_tx, TF_WIRE_IV);
 	if (!ret)
-		ret = hkdf_expand(prk, "tollfree v3 s iv",
+		ret = hkdf_expand(&hk, "tollfree v3 s iv",
 				  server ? k->iv_tx : k->iv_rx, TF_WIRE_IV);
 	if (ret)
 		goto err;
@@ -142,6 +258,7 @@ int tf__keys_derive(const uint8_t *psk, size_t psk_len,
 err:
 	tf__keys_free(k);
 out:
+	hmac_free(&hk);
 	OPENSSL_cleanse(prk, sizeof(prk));
 	OPENSSL_cleanse(kc, sizeof(kc));
 	OPENSSL_cleanse(ks, sizeof(ks));
@@ -251,7 +368,10 @@ int tf__transcript_new(struct tf_transcript **t_p)
 	if (!t)
 		return -ENOMEM;
 	t->md = EVP_MD_CTX_new();
-	if (!t->md || EVP_DigestInit_ex(t->md, EVP_sha256(), NULL) != 1) {
+	algs();
+	t->tmp = EVP_MD_CTX_new();
+	if (!t->md || !t->tmp ||
+	    EVP_DigestInit_ex(t->md, alg_sha256, NULL) != 1) {
 		tf__transcript_free(t);
 		return crypto_fail("SHA-256 set-up");
 	}
@@ -264,6 +384,7 @@ void tf__transcript_free(struct tf_transcript *t)
 	if (!t)
 		return;
 	EVP_MD_CTX_free(t->md);
+	EVP_MD_CTX_free(t->tmp);
 	tf__free(t);
 }
 
@@ -289,22 +410,19 @@ int tf__transcript_add_rx(struct tf_transcript *t, const struct tf_wire_rx *rx)
 int tf__transcript_hash(const struct tf_transcript *t,
 			uint8_t out[TF_WIRE_HASH])
 {
-	EVP_MD_CTX *c = EVP_MD_CTX_new();
 	unsigned n = 0;
-	int ret = 0;
 
 	/* A copy: the transcript goes on after this hash. */
-	if (!c || EVP_MD_CTX_copy_ex(c, t->md) != 1 ||
-	    EVP_DigestFinal_ex(c, out, &n) != 1 || n != TF_WIRE_HASH)
-		ret = crypto_fail("SHA-256");
-	EVP_MD_CTX_free(c);
-	return ret;
+	if (EVP_MD_CTX_copy_ex(t->tmp, t->md) != 1 ||
+	    EVP_DigestFinal_ex(t->tmp, out, &n) != 1 || n != TF_WIRE_HASH)
+		return crypto_fail("SHA-256");
+	return 0;
 }
 
 int tf__proof_make(const uint8_t fin[TF_WIRE_MAC], const uint8_t *th,
 		   uint8_t out[TF_WIRE_MAC])
 {
-	return hmac(fin, TF_WIRE_MAC, th, TF_WIRE_HASH, out);
+	return tf__hmac_sha256(fin, TF_WIRE_MAC, th, TF_WIRE_HASH, out);
 }
 
 bool tf__proof_equal(const uint8_t *a, const uint8_t *b)

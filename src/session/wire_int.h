@@ -238,6 +238,13 @@ int tf__transcript_hash(const struct tf_transcript *t,
 int tf__proof_make(const uint8_t fin[TF_WIRE_MAC], const uint8_t *th,
 		   uint8_t out[TF_WIRE_MAC]);
 bool tf__proof_equal(const uint8_t *a, const uint8_t *b);
+/* The primitives beneath, for their known-answer test (seal_unit):
+ * HMAC-SHA256 (RFC 2104), and HKDF-Expand (RFC 5869) of at most one
+ * block (@len <= 32) with @info = @label.  0, -EINVAL or -EIO. */
+int tf__hmac_sha256(const uint8_t *key, size_t key_len, const uint8_t *data,
+		    size_t len, uint8_t out[32]);
+int tf__hkdf_expand(const uint8_t prk[32], const char *label, uint8_t *out,
+		    size_t len);
 
 /*
  * Parsers of the message bodies.  They are pure functions of a message as

@@ -839,18 +839,24 @@ static bool accept_new(struct tf_listener *l)
 int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		       int timeout_ms, tf_session_t **s_p)
 {
-	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+	/* One clock read per turn: a busy-polling server calls this with a
+	 * timeout of 0 in its loop, often for several listeners. */
+	uint64_t now = tf__now_ns();
+	uint64_t deadline = now + (uint64_t)timeout_ms * 1000000;
 	struct epoll_event evs[16];
 
 	if (!l || !s_p || l->dead)
 		return -EINVAL;
-	for (;;) {
-		uint64_t now = tf__now_ns(), next = UINT64_MAX;
+	for (bool first = true;; first = false) {
+		uint64_t next = UINT64_MAX;
 		struct tf_conn *c, *nx;
 		/* A listener sleeps until an event or the next handshake
 		 * deadline, never on a timer, except on a context that
 		 * needs a tick for progress (watch_progress). */
 		int n, wait_ms = l->refs && l->progress_tick ? 10 : -1;
+
+		if (!first)
+			now = tf__now_ns();
 
 		/* Handshakes that missed their deadline are dropped. */
 		for (c = l->conns.next; c != &l->conns; c = nx) {

@@ -276,10 +276,19 @@ static void res_snap(struct server *v, struct res *r)
 	r->chunk_bytes = ps.chunk_bytes;
 }
 
+static bool stock_full(struct server *v)
+{
+	tf_node_stats_t st;
+
+	CHECK_OK(tf_node_query_stats(v->node, &st));
+	return st.stock_entries == st.stock_max;
+}
+
 /*
- * Make progress until the fd count has been the same for 200 ms (at most
- * 5 s), so that a snapshot counts no descriptor on its way out: the soft
- * shm transport keeps a peer context (with a pidfd) after its last QP and
+ * Wait for the node's connection stock to be full, then make progress
+ * until the fd count has been the same for 200 ms (at most 5 s), so that
+ * a snapshot counts no descriptor on its way out: the soft shm transport
+ * keeps a peer context (with a pidfd) after its last QP and
  * lets it go at a liveness sweep in a progress call (one call in 64, at
  * most every 5 ms) once the peer process has exited: the count must hold
  * for 200 ms and 256 calls; the soft tcp transport closes lingering
@@ -289,9 +298,16 @@ static void res_snap(struct server *v, struct res *r)
  */
 static void settle(struct server *v)
 {
-	uint64_t t0 = ft_now_ms(), same = t0;
-	int last = ft_count_fds(), calls = 0;
+	uint64_t t0 = ft_now_ms(), same;
+	int last, calls = 0;
 
+	/* The connection stock refills at idle priority (its entries hold
+	 * descriptors): full at both snapshots, however long a loaded
+	 * machine takes to give it a turn. */
+	while (ft_now_ms() - t0 < 30000 && !stock_full(v))
+		usleep(1000);
+	t0 = same = ft_now_ms();
+	last = ft_count_fds();
 	while (ft_now_ms() - t0 < 5000 &&
 	       (ft_now_ms() - same < 200 || calls < 256)) {
 		int n;

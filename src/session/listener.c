@@ -787,9 +787,10 @@ static void refuse_busy(struct tf_listener *l, int fd)
 }
 
 /* Accept what the listening socket has, at most a batch per call so that
- * the handshakes already running are served between batches.  Returns
- * true if a pending connection was dropped to make room. */
-static bool accept_new(struct tf_listener *l)
+ * the handshakes already running are served between batches; *@last_p
+ * receives the last connection accepted (NULL: none).  Returns true if a
+ * pending connection was dropped to make room. */
+static bool accept_new(struct tf_listener *l, struct tf_conn **last_p)
 {
 	struct tf_node *node = l->node;
 	uint64_t hello_ms =
@@ -797,6 +798,7 @@ static bool accept_new(struct tf_listener *l)
 							  : node->timeout_ms);
 	bool dropped = false;
 
+	*last_p = NULL;
 	for (int k = 0; k < 64; k++) {
 		struct epoll_event ev = {.events = EPOLLIN};
 		struct sockaddr_storage peer = {.ss_family = AF_UNSPEC};
@@ -832,6 +834,7 @@ static bool accept_new(struct tf_listener *l)
 		c->sock_watched = true;
 		tf__conn_link(&l->conns, c);
 		l->n_pending++;
+		*last_p = c;
 	}
 	return dropped;
 }
@@ -962,10 +965,19 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 			}
 			c = evs[i].data.ptr;
 			if (!c) {
+				struct tf_conn *nc;
+
 				/* Dropping a pending connection to make room
 				 * may free one that a later event names. */
-				if (accept_new(l))
+				if (accept_new(l, &nc))
 					break;
+				/* A client sends its HELLO as soon as it is
+				 * connected: it is often there already, and
+				 * need not wait for the next epoll_wait.
+				 * Only @nc can go, and no event names it. */
+				if (nc && serve_conn(l, nc, params, false, 0,
+						     s_p) == 1)
+					return 0;
 				continue;
 			}
 			if (serve_conn(l, c, params, false, 0, s_p) == 1)

@@ -22,7 +22,7 @@
 #define TF_SESS_PSK_MAX	    256
 #define TF_SESS_MW_FREE_MAX 256
 /* A busy-polling listener looks at its sockets at least this often. */
-#define TF_LISTENER_EPOLL_NS 20000ull
+#define TF_LISTENER_EPOLL_NS 5000ull
 /* ... and at the sockets of its kept connections this often. */
 #define TF_LISTENER_SOCKCHECK_NS 1000000ull
 

@@ -61,8 +61,11 @@ static void server(struct tf_pair *p, tf_node_t *node)
 	CHECK(tf_session_reused(s) == 1);
 	tf_session_close(s);
 	tf_test_sync(p);
+	/* A second ask would have come before the client's sync; the
+	 * client starts round 2 only after this look. */
 	s = NULL;
 	CHECK(tf_listener_accept(l, &sp, 0, &s) == -EAGAIN);
+	tf_test_sync(p);
 	/* Round 2: a new connection. */
 	server_session(p, l);
 	tf_listener_destroy(l);
@@ -84,6 +87,7 @@ static void client(struct tf_pair *p, tf_node_t *node)
 	CHECK_OK(tf_node_query_stats(node, &st));
 	CHECKF(st.qp_new == 1, "%llu connections after the refusal",
 	       (unsigned long long)st.qp_new);
+	tf_test_sync(p);
 	client_session(p, node, port);
 	CHECK_OK(tf_node_query_stats(node, &st));
 	/* The refused session's connection was not counted as reused. */

@@ -149,6 +149,53 @@ static void test_distinct(void)
 	free(s);
 }
 
+/*
+ * A class that grows while none of its slices is free: its stack of free
+ * handles must still hold every slice of the class once all come back
+ * (the 1,024 sessions of tollfree-bench load took a second chunk of 4 KiB
+ * slices with the first all rented, and their returns wrote past the
+ * stack).  Every slice is then rented again: all distinct, all usable.
+ */
+static void test_grow_empty(int thread_cache)
+{
+	tf_pool_params_t prm = {.field_mask = TF_POOL_PARAM_MAX_BYTES |
+					      TF_POOL_PARAM_CHUNK_SIZE |
+					      TF_POOL_PARAM_THREAD_CACHE,
+				.max_bytes = 4 << 20,
+				.chunk_size = 2 << 20,
+				.thread_cache = (unsigned)thread_cache};
+	size_t per = (2 << 20) / 4096, n = 2 * per;
+	tf_slice_t *s = calloc(n, sizeof(*s)), t;
+	tf_pool_t *p;
+
+	CHECK(s);
+	CHECK_OK(tf_pool_create(pd, &prm, &p));
+	/* The first chunk, all rented; then one slice of the second. */
+	for (size_t i = 0; i <= per; i++)
+		CHECK_OK(tf_pool_rent(p, 4096, &s[i]));
+	CHECK(stats(p).chunks == 2);
+	for (size_t i = 0; i <= per; i++)
+		CHECK_OK(tf_pool_return(p, &s[i]));
+	CHECK(stats(p).free_slices == n);
+	/* Both chunks' slices, each once. */
+	for (size_t i = 0; i < n; i++) {
+		CHECK_OK(tf_pool_rent(p, 4096, &s[i]));
+		check_slice(&s[i], 4096);
+		*(size_t *)s[i].addr = i;
+	}
+	CHECK_ERR(tf_pool_rent(p, 4096, &t), -ENOMEM);
+	CHECK(stats(p).chunks == 2);
+	for (size_t i = 0; i < n; i++)
+		CHECKF(*(size_t *)s[i].addr == i, "slice %zu handed out twice",
+		       i);
+	for (size_t i = 0; i < n; i++)
+		CHECK_OK(tf_pool_return(p, &s[i]));
+	CHECK(stats(p).free_slices == n);
+	tf_pool_destroy(p);
+	CHECK(ctx_pinned() == 0);
+	free(s);
+}
+
 #define NTHR  4
 #define NHOLD 32
 
@@ -320,6 +367,8 @@ int main(void)
 	test_exhaustion(64);
 	test_exhaustion(0);
 	test_distinct();
+	test_grow_empty(0);
+	test_grow_empty(64);
 	test_threads();
 	test_memory_kinds();
 	test_fork();

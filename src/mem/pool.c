@@ -52,8 +52,9 @@ struct pool_chunk {
 
 struct pool_class {
 	pthread_mutex_t lock;
-	uint64_t *free; /* stack of handles */
+	uint64_t *free; /* stack of handles, room for every slice */
 	size_t nfree, cap;
+	size_t nslices;	 /* slices of the class's chunks */
 	unsigned tc_cap; /* per-thread bin capacity */
 };
 
@@ -288,11 +289,14 @@ static int chunk_add(struct tf_pool *p, unsigned cls)
 	c->rkey = tf_mr_rkey(c->mr);
 
 	pthread_mutex_lock(&pc->lock);
-	if (pc->nfree + c->nslices > pc->cap) {
+	/* Room for every slice of the class, not only for those free now:
+	 * the rented ones come back onto this stack (class_give does not
+	 * grow it). */
+	if (pc->nslices + c->nslices > pc->cap) {
 		size_t cap = pc->cap ? pc->cap : 64;
 		uint64_t *f;
 
-		while (cap < pc->nfree + c->nslices)
+		while (cap < pc->nslices + c->nslices)
 			cap *= 2;
 		f = tf__realloc(pc->free, cap * sizeof(*f));
 		if (!f) {
@@ -310,6 +314,7 @@ static int chunk_add(struct tf_pool *p, unsigned cls)
 	/* Push in reverse so that slices are handed out in address order. */
 	for (uint32_t i = c->nslices; i-- > 0;)
 		pc->free[pc->nfree++] = mkhandle(idx, i);
+	pc->nslices += c->nslices;
 	pthread_mutex_unlock(&pc->lock);
 	atomic_fetch_add_explicit(&p->chunk_bytes, len, RELAXED);
 	atomic_fetch_add_explicit(&p->by_kind[kind], 1, RELAXED);

@@ -725,64 +725,93 @@ static bool same_host(const struct sockaddr_storage *a,
 	return false;
 }
 
+/* Tell a client that the listener is at its bounds on handshakes: a
+ * REJECT -EBUSY, before the key challenge and so not sealed.  Best
+ * effort; the socket is non-blocking. */
+static void send_busy(int fd)
+{
+	struct tf_wire_msg m;
+
+	tf__wire_init(&m, TF_WIRE_REJECT);
+	tf__wire_put_u32(&m, EBUSY);
+	if (!tf__wire_finish(&m) &&
+	    send(fd, m.buf, m.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+		tf_log_debug(S, "refusal not sent: %m");
+}
+
+/*
+ * Whether a connection that has not said HELLO, as far as this side has
+ * read, is silent.  Its HELLO may be in its socket, unread: a busy
+ * listener (its thread serving sessions, or descheduled) takes a batch
+ * of new connections before it reads them.  Such a client is talking.
+ * A peek tells; a connection found talking stays so (its bytes wait in
+ * the socket until they are read), so it is peeked at once only.
+ */
+static bool is_silent(struct tf_conn *c)
+{
+	uint8_t b;
+
+	if (c->heard || c->rx.got)
+		return false;
+	/* EOF or an error: the peer is gone, nothing to keep either. */
+	c->heard = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+	return !c->heard;
+}
+
 /*
  * Make room for one more handshake from @peer, within the listener's
  * bounds overall and per source address.  Past a bound the oldest
  * connection that has not said HELLO goes (of that address, for its own
  * bound): a flood of silent connections then only ever displaces itself,
- * and a client that speaks at once is served.  If every pending
- * connection is talking, the newcomer is refused: false.  *@dropped_p is
- * set when a connection was freed.
+ * and a client that speaks at once is served.  The one dropped is told
+ * -EBUSY, in case it is a client that was slow to speak.  If every
+ * pending connection is talking, the newcomer is refused: false.
+ * *@dropped_p is set when a connection was freed.
  */
 static bool make_room(struct tf_listener *l,
 		      const struct sockaddr_storage *peer, bool *dropped_p)
 {
-	struct tf_conn *oldest = NULL, *oldest_peer = NULL, *victim = NULL;
+	struct tf_conn *c, *victim = NULL;
 	unsigned from_peer = 0;
+	bool only_peer;
 
-	/* The list is newest first: walk it from the tail. */
-	for (struct tf_conn *c = l->conns.prev; c != &l->conns; c = c->prev) {
-		bool mine;
-
-		if (c->hs != TF_CONN_WAIT_HELLO && c->hs != TF_CONN_WAIT_OPEN)
-			continue;
-		mine = same_host(&c->peer, peer);
-		from_peer += mine;
-		if (c->hs != TF_CONN_WAIT_HELLO)
-			continue;
-		if (!oldest)
-			oldest = c;
-		if (mine && !oldest_peer)
-			oldest_peer = c;
-	}
+	for (c = l->conns.next; c != &l->conns; c = c->next)
+		if (c->hs == TF_CONN_WAIT_HELLO || c->hs == TF_CONN_WAIT_OPEN)
+			from_peer += same_host(&c->peer, peer);
 	if (from_peer >= l->max_pending_peer)
-		victim = oldest_peer;
+		only_peer = true;
 	else if (l->n_pending >= l->max_pending)
-		victim = oldest;
+		only_peer = false;
 	else
 		return true;
+	/* The list is newest first: walk it from the tail.  Only here, at a
+	 * bound, are sockets peeked at. */
+	for (c = l->conns.prev; c != &l->conns; c = c->prev) {
+		if (c->hs != TF_CONN_WAIT_HELLO ||
+		    (only_peer && !same_host(&c->peer, peer)))
+			continue;
+		if (is_silent(c)) {
+			victim = c;
+			break;
+		}
+	}
 	if (!victim)
 		return false;
 	tf_log_debug(S, "handshake: dropped the oldest silent connection "
 			"for a new one");
 	STAT(l->node, pending_dropped);
+	send_busy(victim->fd);
 	listener_drop(l, victim);
 	*dropped_p = true;
 	return true;
 }
 
 /* Refuse a connection at once: too many handshakes are in progress and
- * all of them are talking.  Best effort; the socket is non-blocking. */
+ * all of them are talking. */
 static void refuse_busy(struct tf_listener *l, int fd)
 {
-	struct tf_wire_msg m;
-
 	STAT(l->node, pending_refused);
-	tf__wire_init(&m, TF_WIRE_REJECT);
-	tf__wire_put_u32(&m, EBUSY);
-	if (!tf__wire_finish(&m) &&
-	    send(fd, m.buf, m.len, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
-		tf_log_debug(S, "refusal not sent: %m");
+	send_busy(fd);
 	close(fd);
 }
 

@@ -116,6 +116,7 @@ struct tf_conn {
 	bool sock_watched;     /* listener: its socket is in the epoll set */
 	bool ctl_watched;      /* idle: its control CQ is in the epoll set */
 	bool ctl_armed;	       /* idle: its control CQ's fd is armed */
+	bool heard; /* listener: bytes wait in its socket (make_room) */
 	/* Server: counted as kept by its peer's entry (peers.c). */
 	struct tf_peer *kept_pe;
 	/* tf_session_fd: an epoll set of the data CQ's fd, the socket and,

@@ -409,12 +409,15 @@ int soft_tcp_pending_service(struct tcp_conn *p, uint32_t events)
 		return 1;
 	}
 	/* No QP is waiting: either it does not exist, or tf_qp_connect has
-	 * not been called yet on this side (then it will find us). */
+	 * not been called yet on this side (then it will find us).  A QP
+	 * that no longer exists is the peer's to notice (its QP fails), and
+	 * a normal event: this side destroyed it while the peer still held
+	 * its end (a session server that dropped a kept connection). */
 	if (!soft_ctx_qp(ctx, p->hello.dst_qpn)) {
-		tf_log_error(SUB,
-			     "HELLO for qp %u, which does not exist, "
-			     "closing the connection",
-			     p->hello.dst_qpn);
+		tf_log_info(SUB,
+			    "HELLO for qp %u, which does not exist, "
+			    "closing the connection",
+			    p->hello.dst_qpn);
 		soft_tcp_conn_bury(p);
 		return 1;
 	}

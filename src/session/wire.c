@@ -313,19 +313,33 @@ int tf__wire_rx_step(int fd, struct tf_wire_rx *rx)
 	}
 }
 
-int tf__wire_recv(int fd, struct tf_wire_rx *rx, int timeout_ms)
+int tf__wire_recv_spin(int fd, struct tf_wire_rx *rx, unsigned spin_us,
+		       int timeout_ms)
 {
-	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
+	uint64_t start = tf__now_ns();
+	uint64_t deadline = start + (uint64_t)timeout_ms * 1000000;
 
 	for (;;) {
 		int ret = tf__wire_rx_step(fd, rx);
 
 		if (ret)
 			return ret;
+		/* An answer due within the spin is read without sleeping:
+		 * a recv that does not wait costs far less than a wake-up
+		 * across cores. */
+		if (tf__now_ns() - start < (uint64_t)spin_us * 1000) {
+			tf__cpu_relax();
+			continue;
+		}
 		ret = wait_fd(fd, POLLIN, remaining_ms(deadline));
 		if (ret)
 			return ret;
 	}
+}
+
+int tf__wire_recv(int fd, struct tf_wire_rx *rx, int timeout_ms)
+{
+	return tf__wire_recv_spin(fd, rx, 0, timeout_ms);
 }
 
 /* ----------------------------------------------------------- bodies */

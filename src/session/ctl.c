@@ -27,11 +27,15 @@
  * is what a sleeper arms: the listener for an idle connection's next OPEN
  * (tf_listener_fd), a session for its peer's EXPOSE and CLOSE
  * (tf_session_fd); this side's own sends never wake them.  The waits here
- * (for a send slot, for the ACCEPT) poll with tf__backoff and look at the
- * TCP socket every TF_CTL_SOCKET_CHECK_NS: the socket still reports the
- * peer's death (EOF) where the QP may not.
+ * (for a send slot, for the ACCEPT) poll and look at the TCP socket every
+ * TF_CTL_SOCKET_CHECK_NS: the socket still reports the peer's death (EOF)
+ * where the QP may not.  After TOLLFREE_POLL_SPIN_US they yield, and the
+ * wait for the ACCEPT sleeps on the receive CQ's fd and the socket after
+ * TF_CTL_YIELD_NS more: a thousand clients waiting on a loaded server
+ * must not take its CPU by yielding in turn.
  */
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -252,25 +256,58 @@ int tf__ctl_tcp_check(struct tf_conn *c)
 }
 
 /*
+ * Sleep until a control message arrives, the socket says something (the
+ * peer's end) or the wait's deadline: arm the receive CQ, look once more,
+ * then poll its descriptor and the socket.  0 (woken, timed out, or the
+ * arm found a message) or -errno.  Without a descriptor, a yield.
+ */
+static int ctl_sleep(struct tf_conn *c, const struct tf_backoff *bo)
+{
+	struct pollfd pfd[2] = {{.fd = tf_cq_fd(c->ctl.cq), .events = POLLIN},
+				{.fd = c->fd, .events = POLLIN}};
+	int ret;
+
+	if (pfd[0].fd < 0) {
+		sched_yield();
+		return 0;
+	}
+	ret = tf__ctl_arm(c);
+	if (ret || c->ctl.n_backlog)
+		return ret;
+	if (poll(pfd, 2, tf__backoff_ms_left(bo)) < 0 && errno != EINTR)
+		return -errno;
+	return pfd[1].revents ? tf__ctl_tcp_check(c) : 0;
+}
+
+/*
  * One turn of a wait on the control QP, after a poll that found nothing:
  * the socket now and then (a system call; the peer's end shows there, not
- * always on the QP), then tf__backoff.  0, -ETIMEDOUT or the socket's
- * error.  The socket is not looked at before an answer had time to come
- * on the QP: *@checked starts at the wait's start.
+ * always on the QP), then a pause.  0, -ETIMEDOUT or the socket's error.
+ * The socket is not looked at before an answer had time to come on the
+ * QP: *@checked starts at the wait's start.  After the spin it yields; a
+ * wait for a message (@may_sleep) sleeps after TF_CTL_YIELD_NS of that,
+ * one for send completions, which its CQ's descriptor does not report,
+ * yields to the end.
  */
-static int ctl_turn(struct tf_conn *c, struct tf_backoff *bo, uint64_t *checked)
+static int ctl_turn(struct tf_conn *c, struct tf_backoff *bo, uint64_t *checked,
+		    bool may_sleep)
 {
 	uint64_t now = tf__now_ns();
+	int ret;
 
 	if (now - *checked >= TF_CTL_SOCKET_CHECK_NS) {
-		int ret;
-
 		*checked = now;
 		ret = tf__ctl_tcp_check(c);
 		if (ret)
 			return ret;
 	}
-	return tf__backoff(bo);
+	/* A server that sleeps answers within one wake-up, a little more
+	 * than the spin: yielding then costs the answer nothing.  Past
+	 * TF_CTL_YIELD_NS more the server is loaded, or gone, and the
+	 * waiter gets out of its way. */
+	if (!may_sleep || now - bo->start < bo->spin_ns + TF_CTL_YIELD_NS)
+		return tf__backoff(bo);
+	return ctl_sleep(c, bo);
 }
 
 int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
@@ -303,7 +340,7 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 			return ret;
 		if (k->sent - k->send_done < TF_CTL_SEND)
 			break;
-		ret = ctl_turn(c, &bo, &checked);
+		ret = ctl_turn(c, &bo, &checked, false);
 		if (ret == -ETIMEDOUT)
 			tf_log_warn(S,
 				    "control send did not complete within "
@@ -425,7 +462,7 @@ int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms)
 		ret = tf__ctl_next(c, rx);
 		if (ret)
 			return ret;
-		ret = ctl_turn(c, &bo, &checked);
+		ret = ctl_turn(c, &bo, &checked, true);
 		if (ret)
 			return ret;
 	}

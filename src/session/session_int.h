@@ -38,8 +38,11 @@
 /* How often a session on the control QP looks at its socket for the
  * peer's end (a system call; on the socket path every poll read it). */
 #define TF_CTL_SOCKET_CHECK_NS 100000ull
-#define TF_CTL_RECV	       (TF_SESSION_MAX_EXPOSURES + 8)
-#define TF_CTL_SEND	       8
+/* A wait for a control message yields this long after its spin, then
+ * sleeps (ctl.c). */
+#define TF_CTL_YIELD_NS 1000000ull
+#define TF_CTL_RECV	(TF_SESSION_MAX_EXPOSURES + 8)
+#define TF_CTL_SEND	8
 /* Bytes of a control QP's registered slots. */
 #define TF_CTL_BYTES ((size_t)(TF_CTL_RECV + TF_CTL_SEND) * TF_CTL_SLOT)
 /* Queue depths of the stock's QPs (stock.c), the default of connect and

@@ -307,6 +307,8 @@ static int ctl_turn(struct tf_conn *c, struct tf_backoff *bo, uint64_t *checked,
 	 * waiter gets out of its way. */
 	if (!may_sleep || now - bo->start < bo->spin_ns + TF_CTL_YIELD_NS)
 		return tf__backoff(bo);
+	if (now >= bo->deadline)
+		return -ETIMEDOUT;
 	return ctl_sleep(c, bo);
 }
 

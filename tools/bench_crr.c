@@ -109,7 +109,8 @@ int ch_recv(int fd, struct ch_msg *m, uint32_t type)
 	if (ret)
 		return ret;
 	ch_hton(m); /* ntohl is the same permutation */
-	if (m->magic != CH_MAGIC || m->version != CH_VERSION || m->type != type)
+	if (m->magic != CH_MAGIC || m->version != CH_VERSION ||
+	    (type && m->type != type))
 		return -EPROTO;
 	return 0;
 }

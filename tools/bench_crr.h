@@ -83,13 +83,14 @@ struct crr_opts {
 /* The bench channel: fixed little-endian-free binary records (both ends
  * convert with htonl/ntohl), checked on receipt. */
 #define CH_MAGIC   0x74666372u /* "tfcr" */
-#define CH_VERSION 2
+#define CH_VERSION 3
 
 enum ch_type {
 	CH_HELLO = 1, /* client: op, k, size, flags */
 	CH_PORTS,     /* server: status, the listeners' ports */
 	CH_RECORD,    /* server, after each session: revoke ns, status */
 	CH_BYE,	      /* client: done */
+	CH_MODE,      /* client, before a batch: the listener it uses (a) */
 };
 
 /* The server's ports, as CH_PORTS lists them: one listener per
@@ -114,8 +115,8 @@ struct ch_msg {
 #define CH_HELLO_SLEEP 1u /* the server sleeps when idle */
 
 int ch_send(int fd, struct ch_msg *m);
-/* Receive one record of @type: 0, -EPROTO (not one), or a sock_full
- * error. */
+/* Receive one record of @type (0: any): 0, -EPROTO (not one), or a
+ * sock_full error. */
 int ch_recv(int fd, struct ch_msg *m, uint32_t type);
 
 /* ------------------------------------------------------------ nodes */

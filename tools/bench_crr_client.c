@@ -34,6 +34,7 @@ struct cli {
 	int warm_buf;
 	int rr_fd;
 	uint64_t broken; /* server records that said "broken" */
+	int told;	 /* the listener last named in CH_MODE; -1: none */
 };
 
 static int cli_wait_one(tf_session_t *s, uint64_t wr_id)
@@ -267,9 +268,23 @@ static void gap(unsigned us)
 static int run_batch(struct cli *c, unsigned mode, unsigned count, bool record)
 {
 	const struct crr_mode *md = &crr_modes[mode];
+	int reg = md->kind == K_SESSION ? md->reg
+		  : md->kind == K_WARM	? R_POOLMW
+					: R_COUNT;
 	uint64_t t[5], rv;
 	int ret = 0;
 
+	/* The server looks only at the listener of the mode that runs
+	 * (others when their fd says so): six busy-polling listeners
+	 * would slow every turn of its loop, the TCP modes' too. */
+	if (reg != c->told) {
+		struct ch_msg m = {.type = CH_MODE, .a = (uint32_t)reg};
+
+		ret = ch_send(c->ch, &m);
+		if (ret)
+			return ret;
+		c->told = reg;
+	}
 	if (md->kind == K_WARM) {
 		ret = cli_open(c, R_POOLMW, true, true, &c->warm, &c->warm_buf,
 			       t);
@@ -441,7 +456,7 @@ static void cli_teardown(struct cli *c)
 int crr_client(const struct crr_opts *o, int ch, const char *host, int cpu,
 	       const char *pin_note)
 {
-	struct cli c = {.o = o, .ch = ch, .rr_fd = -1};
+	struct cli c = {.o = o, .ch = ch, .rr_fd = -1, .told = -1};
 	struct report r = {.bench = "crr", .layout = LAYOUT_MODES};
 	unsigned rounds, done = 0, total = 0, md;
 	bool bar = isatty(STDERR_FILENO);

@@ -46,7 +46,8 @@ struct srv {
 	int lfd, slfd, ch, epfd; /* TCP echo listeners: waiting, spinning */
 	unsigned n_spin;	 /* open busy-polled connections */
 	bool sleep;		 /* --server-wait sleep (from the hello) */
-	uint8_t *echo;		 /* TCP echo buffer, size bytes */
+	int mode; /* the listener of the client's mode (CH_MODE); -1: all */
+	uint8_t *echo; /* TCP echo buffer, size bytes */
 	struct srv_sess act[SRV_MAX_ACTIVE];
 	struct srv_tcp tcp[SRV_MAX_TCP];
 };
@@ -348,7 +349,12 @@ static void srv_teardown(struct srv *sv)
  */
 int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 {
-	struct srv sv = {.o = o, .lfd = -1, .slfd = -1, .ch = -1, .epfd = -1};
+	struct srv sv = {.o = o,
+			 .lfd = -1,
+			 .slfd = -1,
+			 .ch = -1,
+			 .epfd = -1,
+			 .mode = -1};
 	tf_listener_params_t lp = {.field_mask = TF_LISTENER_PARAM_ADDR |
 						 TF_LISTENER_PARAM_FLAGS,
 				   .addr = host};
@@ -442,6 +448,7 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 
 	for (uint64_t last_busy = 0, last_look = 0;;) {
 		bool busy = false, active = false, armed = true;
+		bool fired[R_COUNT] = {false};
 		uint64_t now;
 		int n;
 
@@ -501,7 +508,14 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 			ret = -1;
 			goto out;
 		}
+		/* The listener of the client's mode, and any other whose fd
+		 * says it has something (until the first CH_MODE, all). */
+		for (int i = 0; i < n; i++)
+			if (evs[i].data.u64 < R_COUNT)
+				fired[evs[i].data.u64] = true;
 		for (r = 0; r < R_COUNT; r++) {
+			if (sv.mode >= 0 && r != sv.mode && !fired[r])
+				continue;
 			ret = srv_accept(&sv, r);
 			if (ret)
 				goto out;
@@ -518,11 +532,20 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 			} else if (tag == TAG_TCP_SPIN_LISTEN) {
 				ret = srv_tcp_accept(&sv, sv.slfd, true);
 			} else if (tag == TAG_CHANNEL) {
-				/* Only BYE (or the client's end) comes. */
-				ret = ch_recv(sv.ch, &m, CH_BYE);
+				/* CH_MODE, or BYE (or the client's end). */
+				ret = ch_recv(sv.ch, &m, 0);
+				if (!ret && m.type == CH_MODE &&
+				    m.a <= R_COUNT) {
+					sv.mode = (int)m.a;
+					continue;
+				}
 				if (ret && ret != -EPIPE)
 					fail("server: bad message on the "
 					     "bench channel");
+				else if (!ret && m.type != CH_BYE)
+					fail("server: unexpected message %u "
+					     "on the bench channel",
+					     m.type);
 				goto out;
 			} else if (tag >= TAG_TCP_CONN &&
 				   tag < TAG_TCP_CONN + SRV_MAX_TCP &&

@@ -817,8 +817,9 @@ static void refuse_busy(struct tf_listener *l, int fd)
 
 /* Accept what the listening socket has, at most a batch per call so that
  * the handshakes already running are served between batches; *@last_p
- * receives the last connection accepted (NULL: none).  Returns true if a
- * pending connection was dropped to make room. */
+ * receives the last connection accepted (NULL: none), which is only to be
+ * used when it returns false: it returns true if a pending connection was
+ * dropped to make room, which may have been that one. */
 static bool accept_new(struct tf_listener *l, struct tf_conn **last_p)
 {
 	struct tf_node *node = l->node;

@@ -11,7 +11,6 @@
  * of every length from 0 to 200 bytes.
  */
 #include <errno.h>
-#include <stdio.h>
 #include <string.h>
 
 #include <openssl/hmac.h>
@@ -19,14 +18,19 @@
 #include "session_int.h"
 #include "tf_test.h"
 
+static unsigned nibble(char c)
+{
+	if (c >= '0' && c <= '9')
+		return (unsigned)(c - '0');
+	CHECKF(c >= 'a' && c <= 'f', "not a hex digit: %c", c);
+	return (unsigned)(c - 'a' + 10);
+}
+
 static void unhex(const char *h, uint8_t *out, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		unsigned v = 0;
-
-		CHECK(sscanf(h + 2 * i, "%2x", &v) == 1);
-		out[i] = (uint8_t)v;
-	}
+	for (size_t i = 0; i < n; i++)
+		out[i] =
+			(uint8_t)(nibble(h[2 * i]) << 4 | nibble(h[2 * i + 1]));
 }
 
 static void check_eq(const char *what, const uint8_t *got, const char *hex,

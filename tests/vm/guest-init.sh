@@ -154,8 +154,12 @@ two_pass() {
 		side=A
 		[ "$role" = srv ] && side=B
 		t0=$(up)
+		# At info level: rdma_cm's events and a connection's failure
+		# are logged there (a failure's tail then says why; info
+		# lines do not fail a test).
 		TOLLFREE_TEST_PEER_SIDE=$side \
 			TOLLFREE_TEST_PEER_ADDR="$TWO_SRV:$((7300 + n))" \
+			TOLLFREE_LOG_LEVEL=info \
 			timeout "$TEST_TIMEOUT" "/tf/bin/$t" >/tmp/out 2>&1 </dev/null
 		rc=$?
 		two_report "$t" $rc "$t0"

@@ -19,23 +19,18 @@
  * never handed out.
  *
  * The thread sleeps on a condition variable until an entry is taken, then
- * makes one; object creation is thread-safe in the core.  It runs at the
- * lowest priority.  It stops, and the entries are destroyed, with the
- * node.
+ * makes one; object creation is thread-safe in the core.  It stops, and
+ * the entries are destroyed, with the node.
  *
- * Measured (tollfree-bench crr -n 5000 --modes pool+mw/new, soft shm, a
- * 2-vCPU machine whose both CPUs spin, five runs each, alternating): the
- * median session took 140-168 us with the thread at normal priority,
- * 119-141 us at nice 19 (119-139 at SCHED_IDLE), and 97-113 us with no
- * stock at all: where no core is idle the refill work is not saved, only
- * moved, and the thread's wake-ups, and the TLB shootdowns a second
- * thread of the process brings, cost more.  tollfree(7) says so.
+ * It runs at normal priority.  At nice 19 (and at SCHED_IDLE) a new
+ * session was about 15% faster where both sides spin on a 2-CPU machine,
+ * but a loaded machine then ran the refills late enough that
+ * conf_session_many's fd baseline moved in 2-4 of 12 runs (0 of 12 at
+ * normal priority), for a cause not found; on such a machine
+ * TOLLFREE_SESSION_STOCK=0 is faster still (tollfree(7)).
  */
 #include <errno.h>
 #include <pthread.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <string.h>
 
 #include "session_int.h"
@@ -92,14 +87,7 @@ static void *stock_main(void *arg)
 {
 	struct tf_node *node = arg;
 	struct tf_stock *k = &node->stock;
-	/* Refills run at the lowest priority (nice 19, this thread only):
-	 * where every core is busy, a refill that preempted the
-	 * application cost its sessions more than the cold path the stock
-	 * saves, and an empty stock falls back to that path.  Not
-	 * SCHED_IDLE, which measured the same and can starve a refill for
-	 * seconds on a loaded machine.  Best effort. */
-	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19))
-		tf_log_debug(S, "stock thread stays at normal priority: %m");
+
 	pthread_mutex_lock(&k->lock);
 	for (;;) {
 		struct tf_stock_ent e;

@@ -22,16 +22,20 @@
  * makes one; object creation is thread-safe in the core.  It stops, and
  * the entries are destroyed, with the node.
  *
- * It runs at normal priority.  At nice 19 (and at SCHED_IDLE) a new
- * session was about 15% faster where both sides spin on a 2-CPU machine,
- * but a loaded machine then ran the refills late enough that
- * conf_session_many's fd baseline moved in 2-4 of 12 runs (0 of 12 at
- * normal priority), for a cause not found; on such a machine
- * TOLLFREE_SESSION_STOCK=0 is faster still (tollfree(7)).
+ * It runs at the lowest priority (nice 19, this thread only): where every
+ * core is busy, a refill that preempted the application cost its
+ * sessions more than the cold path the stock saves (tollfree-bench crr
+ * --modes pool+mw/new, both sides spinning on 2 CPUs: 140-168 us at
+ * normal priority, 119-141 us at nice 19, 97-113 us with no stock;
+ * tollfree(7) says so).  A late refill may find that a take left a
+ * spare control QP meanwhile: a full stock lets it go.
  */
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "session_int.h"
 
@@ -88,6 +92,9 @@ static void *stock_main(void *arg)
 	struct tf_node *node = arg;
 	struct tf_stock *k = &node->stock;
 
+	/* Best effort: a refill never preempts the application. */
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19))
+		tf_log_debug(S, "stock thread stays at normal priority: %m");
 	pthread_mutex_lock(&k->lock);
 	for (;;) {
 		struct tf_stock_ent e;
@@ -117,6 +124,27 @@ static void *stock_main(void *arg)
 		}
 		k->ent[k->n++] = e;
 		STAT(node, stock_made);
+		/* A full stock keeps no spare control QP.  A take that
+		 * left one while this entry was being made, with a control
+		 * QP of its own, would leave it for the next take: its
+		 * descriptors and pinned slots would come and go with the
+		 * timing of takes and refills. */
+		if (k->n >= k->cap && k->n_spare) {
+			struct tf_ctl spare[TF_STOCK_SPARE];
+			unsigned ns = k->n_spare;
+
+			memcpy(spare, k->spare, ns * sizeof(spare[0]));
+			k->n_spare = 0;
+			pthread_mutex_unlock(&k->lock);
+			for (unsigned i = 0; i < ns; i++) {
+				struct tf_conn tmp;
+
+				memset(&tmp, 0, sizeof(tmp));
+				tmp.ctl = spare[i];
+				tf__ctl_destroy(&tmp);
+			}
+			pthread_mutex_lock(&k->lock);
+		}
 	}
 	pthread_mutex_unlock(&k->lock);
 	return NULL;

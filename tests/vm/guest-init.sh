@@ -285,6 +285,18 @@ run_topo() {
 		# shellcheck disable=SC2086 # WRAP is a command line
 		timeout "$TEST_TIMEOUT" $WRAP "/tf/bin/$t" >/tmp/out 2>&1 </dev/null
 		rc=$?
+		# siw (6.1) now and then fails a connection under us (a
+		# READ answer matched to the wrong request, the QP then in
+		# error): a failed test runs once more there, and both the
+		# first failure and its output are reported (@@FLAKY).
+		if [ "$topo" = siw ] && [ $rc != 0 ] && [ $rc != 77 ]; then
+			echo "@@FLAKY $topo $t $rc"
+			sed 's/^/@@FLAKYOUT /' /tmp/out | tail -n 12
+			t0=$(up)
+			# shellcheck disable=SC2086 # WRAP is a command line
+			timeout "$TEST_TIMEOUT" $WRAP "/tf/bin/$t" >/tmp/out 2>&1 </dev/null
+			rc=$?
+		fi
 		echo "@@TEST $topo $t $rc $(awk "BEGIN{print $(up)-$t0}")"
 		echo "@@OUT"
 		cat /tmp/out

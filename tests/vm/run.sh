@@ -465,7 +465,7 @@ fi
 # One line per test: PASS/FAIL/SKIP, the skip reason or the failure's
 # last lines, then a table.  Test output is in the console log.
 rm -f "$W/summary.txt" "$W/summary.txt.observe" "$W/summary.txt.fail" \
-	"$W/devices.txt"
+	"$W/summary.txt.flaky" "$W/devices.txt"
 : >"$W/summary.txt" # stays empty when no test ran (TOLLFREE_VM_TESTS=none)
 # shellcheck disable=SC2086 # LOGS: the console logs, one word each
 awk -v out="$W/summary.txt" -v devs="$W/devices.txt" '
@@ -523,6 +523,8 @@ function flush_test() {
 	}
 	name = ""
 }
+/^@@FLAKY / { print "        " $2 " " $3 ": failed (rc=" $4 ") and ran again" > (out ".flaky"); next }
+/^@@FLAKYOUT / { sub(/^@@FLAKYOUT /, ""); print "        | " $0 > (out ".flaky"); next }
 /^@@TEST / { flush_test(); topo = $2; name = $3; rc = $4; secs = $5
 	reason = ""; nl = 0; next }
 /^@@OUT$/ { inout = 1; next }
@@ -733,6 +735,11 @@ if [ -s "$W/devices.txt" ]; then
 	echo "--- per device: tests passed, skipped, failed; parts of" \
 		"passing tests not tried; then what caused the skips ---"
 	cat "$W/devices.txt"
+fi
+if [ -s "$W/summary.txt.flaky" ]; then
+	echo "--- tests that failed on siw and were run once more (the table counts" \
+		"the second run); the first run's last lines ---"
+	cat "$W/summary.txt.flaky"
 fi
 if [ -s "$W/summary.txt.fail" ]; then
 	echo "--- failed tests and their last lines (whole output: $W/console*.log) ---"

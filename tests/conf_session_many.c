@@ -21,16 +21,6 @@
 
 #include "session_util.h"
 
-/* Sanitizers keep shadow memory and quarantines that grow RSS by design;
- * LeakSanitizer checks for leaks in the ASan build instead. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define ST_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define ST_SANITIZER 1
-#endif
-#endif
-
 #define MAX_FDS 256
 
 struct sample {
@@ -352,7 +342,7 @@ int main(void)
 	 * rxe in the guest it moved by -900 to +600 KiB between samples
 	 * while anonymous memory moved by less than 250.
 	 */
-#ifdef ST_SANITIZER
+#if TF_TEST_SANITIZER
 	tf_test_info("sanitizer build: RSS not checked");
 #else
 	CHECKF(s1.heap_used - s0.heap_used <= 64 * 1024,

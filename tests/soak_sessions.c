@@ -51,15 +51,8 @@
 
 /* Under a sanitizer the allocator keeps freed memory in quarantine and
  * shadow memory grows: RSS is then reported, not checked. */
-#ifndef __has_feature
-#define __has_feature(_x) 0
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || \
-	__has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RSS_CHECKED 0
-#else
-#define RSS_CHECKED 1
-#endif
+#define RSS_CHECKED (!TF_TEST_SANITIZER)
+
 #define TMO_MS 5000
 
 struct priv {

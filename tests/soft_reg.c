@@ -28,16 +28,7 @@
 #define PG 4096
 
 /* The sanitizers turn mlock into a no-op: VmLck cannot be checked. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define NO_MLOCK 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define NO_MLOCK 1
-#endif
-#endif
-#ifndef NO_MLOCK
-#define NO_MLOCK 0
-#endif
+#define NO_MLOCK TF_TEST_SANITIZER
 
 static tf_context_t *ctx;
 static tf_pd_t *pd;

@@ -38,6 +38,20 @@
 #include <sys/types.h>
 #include <tollfree/tollfree.h>
 
+/* TF_TEST_SANITIZER is 1 in an ASan or TSan build: mlock is a no-op
+ * there, RSS grows by design (shadow memory, quarantine), and everything
+ * runs several times slower. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TF_TEST_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TF_TEST_SANITIZER 1
+#endif
+#endif
+#ifndef TF_TEST_SANITIZER
+#define TF_TEST_SANITIZER 0
+#endif
+
 #define TF_TEST_PASS 0
 #define TF_TEST_FAIL 1
 #define TF_TEST_SKIP 77

@@ -452,6 +452,30 @@ int tf__ctl_arm(struct tf_conn *c)
 	return reap(&c->ctl);
 }
 
+/*
+ * The wait for a message ends in error @err (the socket's end, or the
+ * deadline): the peer may have sent its last word on the control QP just
+ * before it closed, a REJECT most often.  The socket's end can be seen
+ * before that message is polled (on soft tcp it travels on another TCP
+ * connection), so the QP is looked at until it yields the message, fails
+ * (the provider saw the peer's end after everything sent before it), or
+ * TF_CTL_LAST_LOOK_NS passes.  1 with the message in @rx, else @err.
+ */
+int tf__ctl_last_look(struct tf_conn *c, struct tf_wire_rx *rx, int err)
+{
+	uint64_t t0 = tf__now_ns();
+
+	do {
+		int r = tf__ctl_next(c, rx);
+
+		if (r)
+			return r > 0 ? r : err;
+		if (tf_qp_state(c->ctl.qp) == TF_QPS_ERR)
+			break;
+	} while (tf__now_ns() - t0 < TF_CTL_LAST_LOOK_NS);
+	return err;
+}
+
 int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms)
 {
 	struct tf_backoff bo;
@@ -466,6 +490,6 @@ int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms)
 			return ret;
 		ret = ctl_turn(c, &bo, &checked, true);
 		if (ret)
-			return ret;
+			return tf__ctl_last_look(c, rx, ret);
 	}
 }

@@ -145,8 +145,13 @@ void tf__sess_ctrl_step(struct tf_session *s)
 		int ret = s->qctl ? tf__ctl_next(c, &c->rx)
 				  : tf__wire_rx_step(c->fd, &c->rx);
 
-		if (ret == 0 && s->qctl)
+		/* The peer's end on the socket: its CLOSE may still be on
+		 * the control QP, sent before it left. */
+		if (ret == 0 && s->qctl) {
 			ret = ctl_watch_socket(s);
+			if (ret < 0)
+				ret = tf__ctl_last_look(c, &c->rx, ret);
+		}
 		if (ret == 0)
 			return;
 		if (ret > 0)

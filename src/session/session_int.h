@@ -41,8 +41,12 @@
 /* A wait for a control message yields this long after its spin, then
  * sleeps (ctl.c). */
 #define TF_CTL_YIELD_NS 1000000ull
-#define TF_CTL_RECV	(TF_SESSION_MAX_EXPOSURES + 8)
-#define TF_CTL_SEND	8
+/* How long a wait that saw the peer's end still looks for its last
+ * control message (tf__ctl_last_look). */
+#define TF_CTL_LAST_LOOK_NS 2000000ull
+
+#define TF_CTL_RECV (TF_SESSION_MAX_EXPOSURES + 8)
+#define TF_CTL_SEND 8
 /* Bytes of a control QP's registered slots. */
 #define TF_CTL_BYTES ((size_t)(TF_CTL_RECV + TF_CTL_SEND) * TF_CTL_SLOT)
 /* Queue depths of the stock's QPs (stock.c), the default of connect and
@@ -467,6 +471,10 @@ int tf__ctl_next(struct tf_conn *c, struct tf_wire_rx *rx);
 /* As tf__ctl_next, waiting up to @timeout_ms (> 0); -ETIMEDOUT, or
  * -ECONNRESET when the socket reports the peer's end. */
 int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms);
+/* After a wait or a poll saw the peer's end (@err): the peer's last
+ * message on the control QP, if it sent one before it left (1, in @rx),
+ * else @err.  Waits up to TF_CTL_LAST_LOOK_NS for it. */
+int tf__ctl_last_look(struct tf_conn *c, struct tf_wire_rx *rx, int err);
 /* Arm the receive CQ's fd for the next message (then looks once more). */
 int tf__ctl_arm(struct tf_conn *c);
 /* 0 if the socket is quiet, -ECONNRESET at EOF, -TF_EWIRE for bytes. */

@@ -76,6 +76,8 @@ static void server(struct tf_pair *p, tf_node_t *node, int n)
 		tf_session_close(s);
 
 		s = st_accept(l, TF_SESSION_DEFER_ESTABLISH);
+		if (!tf_session_reused(s))
+			st_print_conn_stats(node);
 		CHECKF(tf_session_reused(s), "attempt %d: not reused", i);
 		CHECK_OK(tf_session_rent(s, LEN, &b, (void **)&a2));
 		same += a1 == a2;
@@ -127,7 +129,7 @@ static void client(struct tf_pair *p, tf_node_t *node, int n)
 		tf_exposure_info_t old;
 		tf_session_t *s;
 		uint8_t *m;
-		int b;
+		int b, ret;
 
 		CHECK_OK(tf_session_connect(node, st_host(), port, NULL, &s));
 		CHECK_OK(tf_session_peer_exposure(s, 0, &old));
@@ -138,7 +140,11 @@ static void client(struct tf_pair *p, tf_node_t *node, int n)
 		CHECK_FILL(m, LEN, 2 * (uint32_t)i);
 		tf_session_close(s);
 
-		CHECK_OK(tf_session_connect(node, st_host(), port, NULL, &s));
+		ret = tf_session_connect(node, st_host(), port, NULL, &s);
+		if (ret || !tf_session_reused(s))
+			st_print_conn_stats(node);
+		CHECKF(!ret, "attempt %d: second connect: %s", i,
+		       tf_strerror(ret));
 		CHECKF(tf_session_reused(s), "attempt %d: not reused", i);
 		if (ops[i % 4] == TF_WR_ATOMIC_FETCH_ADD ||
 		    ops[i % 4] == TF_WR_ATOMIC_CMP_SWP) {

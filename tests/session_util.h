@@ -99,6 +99,30 @@ st_run(struct tf_pair *p, void (*server)(struct tf_pair *, tf_listener_t *),
 	return tf_test_pair_end(p);
 }
 
+/* Print the node's connection counters: what a test that failed on a
+ * connection that was or was not reused leaves for its reader. */
+static inline void st_print_conn_stats(tf_node_t *node)
+{
+	tf_node_stats_t st;
+
+	if (tf_node_query_stats(node, &st))
+		return;
+	tf_test_info("node: %llu connections made, %llu reused, %llu "
+		     "destroyed (%llu broken), %llu kept now, %llu kept "
+		     "refused, %llu connect failures, %llu handshake rejects, "
+		     "%llu pending dropped, %llu refused",
+		     (unsigned long long)st.qp_new,
+		     (unsigned long long)st.qp_reused,
+		     (unsigned long long)st.qp_destroyed,
+		     (unsigned long long)st.qp_broken,
+		     (unsigned long long)st.qp_idle,
+		     (unsigned long long)st.kept_refused,
+		     (unsigned long long)st.connect_failures,
+		     (unsigned long long)st.handshake_rejects,
+		     (unsigned long long)st.pending_dropped,
+		     (unsigned long long)st.pending_refused);
+}
+
 /* Server: accept one session within the test timeout. */
 static inline tf_session_t *st_accept(tf_listener_t *l, unsigned flags)
 {

@@ -379,6 +379,10 @@ struct soft_qp {
 	_Atomic bool kick_pending;  /* engine: retry submit in progress */
 	enum tf_wc_status recv_err; /* engine: status for senders once a
 					   * receive failed its local check */
+	/* engine: TF_WC_RETRY_EXC_ERR when the QP went to error for a lost
+	 * peer with no send work unfinished: the next send WQE posted
+	 * reports it (soft_engine_qp_error), else 0. */
+	enum tf_wc_status err_owed;
 	const struct soft_transport_ops *tp; /* chosen at connect */
 	void *tp_priv;			     /* transport state */
 	void *shm_seg;			     /* shm: own segment (shm_seg) */

@@ -121,7 +121,15 @@ void soft_engine_qp_error(struct soft_qp *qp, enum tf_wc_status why)
 	/* The transport first, so that it stops completing WQEs. */
 	if (qp->tp && qp->tp->qp_fini)
 		qp->tp->qp_fini(qp);
-	if (why != TF_WC_WR_FLUSH_ERR && qp->sq_head != qp->sq_next)
+	/* The oldest unfinished send WQE reports why, if the transport had
+	 * started it.  A lost peer is reported in any case, as on RC, where
+	 * a QP fails for it only when a WQE's retries run out: by the
+	 * oldest unfinished WQE, started or not, or with none, by the next
+	 * one posted (soft_post_send). */
+	if (why == TF_WC_RETRY_EXC_ERR && qp->sq_head == qp->sq_tail)
+		qp->err_owed = why;
+	else if (why != TF_WC_WR_FLUSH_ERR &&
+		 (qp->sq_head != qp->sq_next || why == TF_WC_RETRY_EXC_ERR))
 		first = why;
 	flush_sq(qp, qp->sq_head, first);
 	flush_rq(qp);
@@ -715,10 +723,16 @@ int soft_post_send(struct tf_qp *base, struct tf_send_wr *wr,
 		qp->sq_tail++;
 	}
 	posted = qp->sq_tail - first;
-	/* In the error state work is accepted and flushed at once (verbs). */
-	if (qp->base.state == TF_QPS_ERR)
-		flush_sq(qp, first, TF_WC_WR_FLUSH_ERR);
-	else
+	/* In the error state work is accepted and flushed at once (verbs);
+	 * the first WQE after a lost peer fails for it (err_owed). */
+	if (qp->base.state == TF_QPS_ERR) {
+		enum tf_wc_status st =
+			qp->err_owed ? qp->err_owed : TF_WC_WR_FLUSH_ERR;
+
+		flush_sq(qp, first, st);
+		if (posted)
+			qp->err_owed = 0;
+	} else
 		soft_engine_kick(qp);
 out:
 	soft_qp_unlock(qp);

@@ -48,13 +48,20 @@ struct tf_stock_ent {
 	struct tf_ctl ctl; /* created, not connected; qp NULL: none */
 };
 
-static void ent_destroy(struct tf_stock_ent *e)
+/* Destroy a control QP that belongs to no connection (tf__ctl_destroy
+ * takes the connection that holds it). */
+static void ctl_free(const struct tf_ctl *ctl)
 {
 	struct tf_conn tmp;
 
 	memset(&tmp, 0, sizeof(tmp));
-	tmp.ctl = e->ctl;
+	tmp.ctl = *ctl;
 	tf__ctl_destroy(&tmp);
+}
+
+static void ent_destroy(struct tf_stock_ent *e)
+{
+	ctl_free(&e->ctl);
 	tf_qp_destroy(e->qp);
 	tf_cq_destroy(e->cq);
 }
@@ -132,13 +139,8 @@ static void *stock_main(void *arg)
 			memcpy(spare, k->spare, ns * sizeof(spare[0]));
 			k->n_spare = 0;
 			pthread_mutex_unlock(&k->lock);
-			for (unsigned i = 0; i < ns; i++) {
-				struct tf_conn tmp;
-
-				memset(&tmp, 0, sizeof(tmp));
-				tmp.ctl = spare[i];
-				tf__ctl_destroy(&tmp);
-			}
+			for (unsigned i = 0; i < ns; i++)
+				ctl_free(&spare[i]);
 			pthread_mutex_lock(&k->lock);
 		}
 	}
@@ -193,13 +195,8 @@ void tf__stock_fini(struct tf_node *node)
 	}
 	for (unsigned i = 0; i < k->n; i++)
 		ent_destroy(&k->ent[i]);
-	for (unsigned i = 0; i < k->n_spare; i++) {
-		struct tf_conn tmp;
-
-		memset(&tmp, 0, sizeof(tmp));
-		tmp.ctl = k->spare[i];
-		tf__ctl_destroy(&tmp);
-	}
+	for (unsigned i = 0; i < k->n_spare; i++)
+		ctl_free(&k->spare[i]);
 	tf__free(k->ent);
 	pthread_cond_destroy(&k->cv);
 	pthread_mutex_destroy(&k->lock);

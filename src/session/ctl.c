@@ -453,27 +453,30 @@ int tf__ctl_arm(struct tf_conn *c)
 }
 
 /*
- * The wait for a message ends in error @err (the socket's end, or the
- * deadline): the peer may have sent its last word on the control QP just
- * before it closed, a REJECT most often.  The socket's end can be seen
- * before that message is polled (on soft tcp it travels on another TCP
- * connection), so the QP is looked at until it yields the message, fails
- * (the provider saw the peer's end after everything sent before it), or
- * TF_CTL_LAST_LOOK_NS passes.  1 with the message in @rx, else @err.
+ * A wait or a poll saw the peer's end on the socket (@err): the peer may
+ * have sent its last word on the control QP just before it closed, a
+ * REJECT or a CLOSE.  On soft tcp that word travels on another TCP
+ * connection and can be polled after the socket's end is seen; on verbs
+ * a message whose send completed is already in our receive queue, and on
+ * shm in our ring.  The QP is looked at until it yields the message,
+ * fails (soft tcp fails it only after delivering what came before the
+ * end) or @wait_ns passes: 0 is one look, for calls that must not block.
+ * 1 with the message in @rx, else @err.
  */
-int tf__ctl_last_look(struct tf_conn *c, struct tf_wire_rx *rx, int err)
+int tf__ctl_last_look(struct tf_conn *c, struct tf_wire_rx *rx, int err,
+		      uint64_t wait_ns)
 {
-	uint64_t t0 = tf__now_ns();
+	uint64_t t0 = wait_ns ? tf__now_ns() : 0;
 
-	do {
+	for (;;) {
 		int r = tf__ctl_next(c, rx);
 
 		if (r)
 			return r > 0 ? r : err;
-		if (tf_qp_state(c->ctl.qp) == TF_QPS_ERR)
-			break;
-	} while (tf__now_ns() - t0 < TF_CTL_LAST_LOOK_NS);
-	return err;
+		if (!wait_ns || tf_qp_state(c->ctl.qp) == TF_QPS_ERR ||
+		    tf__now_ns() - t0 >= wait_ns)
+			return err;
+	}
 }
 
 int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms)
@@ -489,7 +492,11 @@ int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms)
 		if (ret)
 			return ret;
 		ret = ctl_turn(c, &bo, &checked, true);
+		/* The deadline: the turn before looked at the QP. */
+		if (ret == -ETIMEDOUT)
+			return ret;
 		if (ret)
-			return tf__ctl_last_look(c, rx, ret);
+			return tf__ctl_last_look(c, rx, ret,
+						 TF_CTL_LAST_LOOK_NS);
 	}
 }

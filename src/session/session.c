@@ -146,11 +146,12 @@ void tf__sess_ctrl_step(struct tf_session *s)
 				  : tf__wire_rx_step(c->fd, &c->rx);
 
 		/* The peer's end on the socket: its CLOSE may still be on
-		 * the control QP, sent before it left. */
+		 * the control QP, sent before it left (one look: a data
+		 * call does not wait here). */
 		if (ret == 0 && s->qctl) {
 			ret = ctl_watch_socket(s);
 			if (ret < 0)
-				ret = tf__ctl_last_look(c, &c->rx, ret);
+				ret = tf__ctl_last_look(c, &c->rx, ret, 0);
 		}
 		if (ret == 0)
 			return;

@@ -41,8 +41,8 @@
 /* A wait for a control message yields this long after its spin, then
  * sleeps (ctl.c). */
 #define TF_CTL_YIELD_NS 1000000ull
-/* How long a wait that saw the peer's end still looks for its last
- * control message (tf__ctl_last_look). */
+/* How long a blocking wait that saw the peer's end still looks for its
+ * last control message (tf__ctl_last_look). */
 #define TF_CTL_LAST_LOOK_NS 2000000ull
 
 #define TF_CTL_RECV (TF_SESSION_MAX_EXPOSURES + 8)
@@ -473,8 +473,9 @@ int tf__ctl_next(struct tf_conn *c, struct tf_wire_rx *rx);
 int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms);
 /* After a wait or a poll saw the peer's end (@err): the peer's last
  * message on the control QP, if it sent one before it left (1, in @rx),
- * else @err.  Waits up to TF_CTL_LAST_LOOK_NS for it. */
-int tf__ctl_last_look(struct tf_conn *c, struct tf_wire_rx *rx, int err);
+ * else @err.  Looks for up to @wait_ns (0: once). */
+int tf__ctl_last_look(struct tf_conn *c, struct tf_wire_rx *rx, int err,
+		      uint64_t wait_ns);
 /* Arm the receive CQ's fd for the next message (then looks once more). */
 int tf__ctl_arm(struct tf_conn *c);
 /* 0 if the socket is quiet, -ECONNRESET at EOF, -TF_EWIRE for bytes. */

@@ -70,13 +70,8 @@ static void client(struct tf_pair *p)
 		/* The server has closed all three and kept one. */
 		tf_test_sync(p);
 	}
+	st_print_conn_stats(node);
 	CHECK_OK(tf_node_query_stats(node, &st));
-	tf_test_info("client: %llu connections made, %llu reused, %llu "
-		     "destroyed, %llu failed connects",
-		     (unsigned long long)st.qp_new,
-		     (unsigned long long)st.qp_reused,
-		     (unsigned long long)st.qp_destroyed,
-		     (unsigned long long)st.connect_failures);
 	/* The two connections the server closed were tried and dropped. */
 	CHECK(st.qp_new == 2 * N - 1 && st.qp_reused == 1);
 	CHECK(st.qp_destroyed == N - 1 && st.connect_failures == 0);

@@ -274,6 +274,14 @@ export TOLLFREE_SESSION_HELLO_TIMEOUT_MS="${TOLLFREE_SESSION_HELLO_TIMEOUT_MS:-2
 
 veth_packets() { $IP -s link show veth0 | awk 'NR==4{print $2}'; }
 
+# run_one TEST: run it under the wrapper and the per-test limit, its
+# output in /tmp/out; rc is its exit status.
+run_one() {
+	# shellcheck disable=SC2086 # WRAP is a command line
+	timeout "$TEST_TIMEOUT" $WRAP "/tf/bin/$1" >/tmp/out 2>&1 </dev/null
+	rc=$?
+}
+
 # run_topo NAME DEV_A DEV_B
 run_topo() {
 	topo=$1
@@ -282,20 +290,16 @@ run_topo() {
 	# shellcheck disable=SC2013 # one test name a line, no blanks
 	for t in $(cat /tf/tests); do
 		t0=$(up)
-		# shellcheck disable=SC2086 # WRAP is a command line
-		timeout "$TEST_TIMEOUT" $WRAP "/tf/bin/$t" >/tmp/out 2>&1 </dev/null
-		rc=$?
+		run_one "$t"
 		# siw (6.1) now and then fails a connection under us (a
-		# READ answer matched to the wrong request, the QP then in
-		# error): a failed test runs once more there, and both the
+		# READ completes flushed, its QP in error; the cause is not
+		# found): a failed test runs once more there, and both the
 		# first failure and its output are reported (@@FLAKY).
 		if [ "$topo" = siw ] && [ $rc != 0 ] && [ $rc != 77 ]; then
 			echo "@@FLAKY $topo $t $rc"
 			sed 's/^/@@FLAKYOUT /' /tmp/out | tail -n 12
 			t0=$(up)
-			# shellcheck disable=SC2086 # WRAP is a command line
-			timeout "$TEST_TIMEOUT" $WRAP "/tf/bin/$t" >/tmp/out 2>&1 </dev/null
-			rc=$?
+			run_one "$t"
 		fi
 		echo "@@TEST $topo $t $rc $(awk "BEGIN{print $(up)-$t0}")"
 		echo "@@OUT"

@@ -203,6 +203,9 @@ static void snap(struct surv *v, struct base *b)
 	/* The user buffer may sit in the registration cache; drop it so
 	 * that only leaks remain. */
 	tf_rcache_invalidate(tf_node_rcache(v->node), v->user, LEN);
+	/* Every sample with a full connection stock, where the node makes
+	 * it inline (a listener's idle accept refills it too). */
+	CHECK(tf_node_progress(v->node) >= 0);
 	CHECK_OK(tf_context_query_stats(v->ctx, &cs));
 	CHECK_OK(tf_node_query_stats(v->node, &b->st));
 	b->fds = ft_count_fds();

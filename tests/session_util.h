@@ -11,9 +11,10 @@
 
 #include "tf_test.h"
 
-/* Wait until the node's stock of connection resources is full (it is
- * made by a background thread), so that what a test measures as its
- * baseline (fds, locked memory, objects) does not move under it. */
+/* Fill the node's stock of connection resources (tf_node_progress, where
+ * the node makes them inline) or wait until its thread has, so that what
+ * a test measures as its baseline (fds, locked memory, objects) does not
+ * move under it. */
 static inline int64_t st_now_ms(void)
 {
 	struct timespec ts;
@@ -27,6 +28,7 @@ static inline void st_stock_settle(tf_node_t *node)
 	tf_node_stats_t st;
 
 	for (int t = 0; t < 4 * tf_test_timeout_ms(); t++) {
+		CHECK(tf_node_progress(node) >= 0);
 		CHECK_OK(tf_node_query_stats(node, &st));
 		if (st.stock_entries == st.stock_max)
 			return;

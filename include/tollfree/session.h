@@ -156,6 +156,15 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
  * NULL-safe; not thread-safe with respect to other uses of @node.
  */
 void tf_node_destroy(tf_node_t *node);
+/*
+ * tf_node_progress - do the node's deferred work now: with
+ * TOLLFREE_SESSION_STOCK_REFILL=inline, make the entries its connection
+ * stock lacks (the node's connects and listeners make one each where they
+ * would wait; call this before sleeping on your own).  Returns the entries
+ * made (0: none lacking, or a refill thread makes them), or the negative
+ * error of the first that failed.  Thread-safe.
+ */
+int tf_node_progress(tf_node_t *node);
 /* The node's PD, pool and cache, for direct use.  Thread-safe. */
 tf_pd_t *tf_node_pd(tf_node_t *node);
 tf_pool_t *tf_node_pool(tf_node_t *node);

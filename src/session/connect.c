@@ -460,6 +460,9 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 		ret = tf__conn_send(c, TF_WIRE_CH_SOCK, &m, node->timeout_ms);
 	if (ret)
 		goto err_conn;
+	/* The server works on its answer: time to make the stock's next
+	 * entry, if it is made inline. */
+	tf__stock_refill(node);
 	ret = tf__sess_new(node, c, false, &s);
 	if (ret)
 		goto err_conn;

@@ -869,6 +869,15 @@ static bool accept_new(struct tf_listener *l, struct tf_conn **last_p)
 	return dropped;
 }
 
+/* Nothing to accept: the time is the stock's, if it is made inline (one
+ * entry a call, so that a server polling several listeners, or serving
+ * sessions between calls, is held up by one at most). */
+static int idle(struct tf_listener *l)
+{
+	tf__stock_refill(l->node);
+	return -EAGAIN;
+}
+
 int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		       int timeout_ms, tf_session_t **s_p)
 {
@@ -931,7 +940,7 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 			if (scan_ctl(l, params, s_p))
 				return 0;
 			if (timeout_ms >= 0 && now >= deadline)
-				return -EAGAIN;
+				return idle(l);
 			continue;
 		}
 		l->epoll_ns = now;
@@ -968,6 +977,10 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		/* Sessions already accepted may need this side to serve
 		 * their peers' one-sided operations while we wait. */
 		tf_context_progress(l->node->ctx);
+		/* About to sleep: first the stock's next entry, if made
+		 * inline. */
+		if (wait_ms)
+			tf__stock_refill(l->node);
 		n = epoll_wait(l->epfd, evs, 16, wait_ms);
 		/* A signal ends the wait, as tf_listener_accept(3) says:
 		 * a server blocking with -1 can then stop. */
@@ -1022,6 +1035,6 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		if (scan_ctl(l, params, s_p))
 			return 0;
 		if (timeout_ms >= 0 && tf__now_ns() >= deadline)
-			return -EAGAIN;
+			return idle(l);
 	}
 }

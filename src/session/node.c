@@ -332,7 +332,8 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 		     node->reg_mode, node->crossover,
 		     node->use_mw ? "windows" : "dedicated MRs",
 		     node->psk_len ? "on" : "off");
-	ret = tf__stock_init(node, (unsigned)cfg->session_stock);
+	ret = tf__stock_init(node, (unsigned)cfg->session_stock,
+			     cfg->session_stock_refill);
 	if (ret)
 		goto err_rc;
 	tf__sess_stats_register(node);
@@ -351,6 +352,13 @@ err_free:
 	pthread_mutex_destroy(&node->lock);
 	tf__free(node);
 	return ret;
+}
+
+int tf_node_progress(tf_node_t *node)
+{
+	if (!node)
+		return -EINVAL;
+	return tf__stock_fill(node);
 }
 
 void tf_node_destroy(tf_node_t *node)

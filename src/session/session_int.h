@@ -54,6 +54,10 @@
 #define TF_STOCK_DEPTH 256u
 /* Unused control QPs a stock keeps for its next entries. */
 #define TF_STOCK_SPARE 4
+/* TOLLFREE_SESSION_STOCK_REFILL=auto: a refill thread from this many CPUs
+ * (the process's affinity), where one can run beside a client and a
+ * server that both spin; below, inline refills (stock.c). */
+#define TF_STOCK_THREAD_CPUS 4
 
 struct tf_ctl {
 	tf_qp_t *qp;  /* NULL: this connection has no control QP */
@@ -93,8 +97,8 @@ struct tf_conn {
 	tf_cq_t *cq;
 	uint32_t id; /* server-assigned; "reuse QP n" names it */
 	uint32_t send_depth, recv_depth;
-	bool broken;  /* never reuse */
-	bool no_keep; /* TF_SESSION_NO_REUSE: destroy at close */
+	bool broken;   /* never reuse */
+	bool no_keep;  /* TF_SESSION_NO_REUSE: destroy at close */
 	enum tf_conn_hs hs;
 	uint64_t deadline_ns; /* server: end of the handshake step */
 	uint64_t born_ns;     /* server: accepted at */
@@ -158,7 +162,9 @@ struct tf_stock {
 	pthread_t thr;
 	unsigned fork_gen; /* a forked child has no thread (util's fork.c) */
 	bool running, stop;
-	bool blocked; /* a make failed: wait for the next take */
+	bool blocked;	    /* a make failed: wait for the next take */
+	bool inline_refill; /* no thread: tf__stock_refill makes entries */
+	bool making;	    /* an inline refill is making one */
 	struct tf_ctl spare[TF_STOCK_SPARE];
 	unsigned n_spare;
 };
@@ -422,11 +428,18 @@ static inline unsigned tf__sess_channel(const struct tf_session *s)
 	return s->qctl ? TF_WIRE_CH_CTL : TF_WIRE_CH_SOCK;
 }
 
-/* stock.c: start the refill thread of a stock of @cap entries (0: no
- * stock); take an entry into @c (its QP, CQ and, if made, control QP, not
- * connected): false when there is none for these depths; entries and
- * their control slots' bytes. */
-int tf__stock_init(struct tf_node *node, unsigned cap);
+/* stock.c: start a stock of @cap entries (0: no stock) refilled as
+ * TOLLFREE_SESSION_STOCK_REFILL says (@refill); take an entry into @c (its
+ * QP, CQ and, if made, control QP, not connected): false when there is
+ * none for these depths; entries and their control slots' bytes.
+ * tf__stock_refill: an inline stock short of an entry makes one (1), or
+ * nothing (0), or fails (-errno, counted; not tried again before the next
+ * take); call it where the caller would wait anyway.  tf__stock_fill: as
+ * many as the inline stock lacks, even after a failure: how many, or the
+ * first one's error. */
+int tf__stock_init(struct tf_node *node, unsigned cap, const char *refill);
+int tf__stock_refill(struct tf_node *node);
+int tf__stock_fill(struct tf_node *node);
 void tf__stock_fini(struct tf_node *node);
 bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 		    uint32_t rd, bool want_ctl);

@@ -18,22 +18,32 @@
  * cold path; a miss is counted when the stock was empty).  An entry whose set-up failed is discarded,
  * never handed out.
  *
- * The thread sleeps on a condition variable until an entry is taken, then
- * makes one; object creation is thread-safe in the core.  It stops, and
- * the entries are destroyed, with the node.
+ * Who makes the entries (TOLLFREE_SESSION_STOCK_REFILL):
+ * - thread: a thread of the node sleeps on a condition variable until an
+ *   entry is taken, then makes one; object creation is thread-safe in the
+ *   core.  It stops, and the entries are destroyed, with the node.
+ * - inline: the node's own calls make them, where they would otherwise
+ *   wait: a client's connect after its HELLO left (the server is working
+ *   on the answer), and a listener's accept that finds nothing to do or
+ *   is about to sleep (tf__stock_refill, one entry a call).  The stock is
+ *   filled when the node is created.
+ * - auto: thread where the process may run on 4 CPUs or more, else
+ *   inline.  Where every core is busy, a refill thread that preempts the
+ *   application costs its sessions more than the cold path the stock
+ *   saves (tollfree-bench crr --modes pool+mw/new, both sides spinning
+ *   on 2 CPUs: 140-168 us at normal priority, 119-141 us at nice 19,
+ *   97-113 us with no stock); inline, the same work fills time the
+ *   caller spent waiting anyway.
  *
- * It runs at normal priority.  Where every core is busy, a refill that
- * preempts the application costs its sessions more than the cold path
- * the stock saves (tollfree-bench crr --modes pool+mw/new, both sides
- * spinning on 2 CPUs: 140-168 us at normal priority, 119-141 us at nice
- * 19, 97-113 us with no stock; tollfree(7) says so).  At nice 19 the test
- * command's TSan stage failed twice on conf_session_many's fd baseline
- * (the server's count one higher at the end), for a cause not found.  A
+ * The thread runs at normal priority.  At nice 19 the test command's
+ * TSan stage failed twice on conf_session_many's fd baseline (the
+ * server's count one higher at the end), for a cause not found.  A
  * late refill may find that a take left a spare control QP meanwhile: a
  * full stock lets it go.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <string.h>
 
 #include "session_int.h"
@@ -93,6 +103,30 @@ static int ent_make(struct tf_node *node, struct tf_stock_ent *e)
 	return 0;
 }
 
+/* Add @e to the stock (k->lock held; it may be dropped and taken again). */
+static void stock_put(struct tf_node *node, struct tf_stock_ent *e)
+{
+	struct tf_stock *k = &node->stock;
+
+	k->ent[k->n++] = *e;
+	STAT(node, stock_made);
+	/* A full stock keeps no spare control QP.  A take that left one
+	 * while this entry was being made, with a control QP of its own,
+	 * would leave it for the next take: its descriptors and pinned
+	 * slots would come and go with the timing of takes and refills. */
+	if (k->n >= k->cap && k->n_spare) {
+		struct tf_ctl spare[TF_STOCK_SPARE];
+		unsigned ns = k->n_spare;
+
+		memcpy(spare, k->spare, ns * sizeof(spare[0]));
+		k->n_spare = 0;
+		pthread_mutex_unlock(&k->lock);
+		for (unsigned i = 0; i < ns; i++)
+			ctl_free(&spare[i]);
+		pthread_mutex_lock(&k->lock);
+	}
+}
+
 static void *stock_main(void *arg)
 {
 	struct tf_node *node = arg;
@@ -125,43 +159,107 @@ static void *stock_main(void *arg)
 			ent_destroy(&e);
 			break;
 		}
-		k->ent[k->n++] = e;
-		STAT(node, stock_made);
-		/* A full stock keeps no spare control QP.  A take that
-		 * left one while this entry was being made, with a control
-		 * QP of its own, would leave it for the next take: its
-		 * descriptors and pinned slots would come and go with the
-		 * timing of takes and refills. */
-		if (k->n >= k->cap && k->n_spare) {
-			struct tf_ctl spare[TF_STOCK_SPARE];
-			unsigned ns = k->n_spare;
-
-			memcpy(spare, k->spare, ns * sizeof(spare[0]));
-			k->n_spare = 0;
-			pthread_mutex_unlock(&k->lock);
-			for (unsigned i = 0; i < ns; i++)
-				ctl_free(&spare[i]);
-			pthread_mutex_lock(&k->lock);
-		}
+		stock_put(node, &e);
 	}
 	pthread_mutex_unlock(&k->lock);
 	return NULL;
 }
 
-int tf__stock_init(struct tf_node *node, unsigned cap)
+int tf__stock_refill(struct tf_node *node)
 {
 	struct tf_stock *k = &node->stock;
+	struct tf_stock_ent e;
 	int ret;
+
+	if (!k->inline_refill || TF__UNLIKELY(k->fork_gen != tf__fork_gen()))
+		return 0;
+	pthread_mutex_lock(&k->lock);
+	/* One maker at a time (takes only lower k->n, so the entry fits);
+	 * after a failure, not before the next take. */
+	if (k->n >= k->cap || k->making || k->blocked) {
+		pthread_mutex_unlock(&k->lock);
+		return 0;
+	}
+	k->making = true;
+	pthread_mutex_unlock(&k->lock);
+	ret = ent_make(node, &e);
+	pthread_mutex_lock(&k->lock);
+	k->making = false;
+	if (ret) {
+		STAT(node, stock_failed);
+		k->blocked = true;
+	} else {
+		stock_put(node, &e);
+	}
+	pthread_mutex_unlock(&k->lock);
+	return ret ? ret : 1;
+}
+
+int tf__stock_fill(struct tf_node *node)
+{
+	struct tf_stock *k = &node->stock;
+	int n = 0, ret;
+
+	if (!k->inline_refill)
+		return 0;
+	/* Asked for: try again after a failure. */
+	pthread_mutex_lock(&k->lock);
+	k->blocked = false;
+	pthread_mutex_unlock(&k->lock);
+	while ((ret = tf__stock_refill(node)) > 0)
+		n++;
+	return n ? n : ret;
+}
+
+/* TOLLFREE_SESSION_STOCK_REFILL: 1 thread, 0 inline, -EINVAL. */
+static int refill_by_thread(const char *v)
+{
+	cpu_set_t set;
+
+	if (!strcmp(v, "thread"))
+		return 1;
+	if (!strcmp(v, "inline"))
+		return 0;
+	if (strcmp(v, "auto"))
+		return -EINVAL;
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return 0;
+	return CPU_COUNT(&set) >= TF_STOCK_THREAD_CPUS;
+}
+
+int tf__stock_init(struct tf_node *node, unsigned cap, const char *refill)
+{
+	struct tf_stock *k = &node->stock;
+	int thread = refill_by_thread(refill), ret;
 
 	memset(k, 0, sizeof(*k));
 	pthread_mutex_init(&k->lock, NULL);
 	pthread_cond_init(&k->cv, NULL);
+	if (thread < 0) {
+		tf_log_error(S,
+			     "TOLLFREE_SESSION_STOCK_REFILL=%s: not thread, "
+			     "inline or auto",
+			     refill);
+		return thread;
+	}
 	if (!cap)
 		return 0;
 	k->ent = tf__calloc(cap, sizeof(*k->ent));
 	if (!k->ent)
 		return -ENOMEM;
 	k->cap = cap;
+	tf__fork_init();
+	k->fork_gen = tf__fork_gen();
+	if (!thread) {
+		k->inline_refill = true;
+		/* A failure is counted, and the next take retries. */
+		tf__stock_fill(node);
+		tf_log_debug(S,
+			     "connection stock: %u of %u entries, made "
+			     "inline",
+			     k->n, cap);
+		return 0;
+	}
 	ret = -pthread_create(&k->thr, NULL, stock_main, node);
 	if (ret) {
 		tf_log_error(S, "cannot start the connection stock thread: %s",
@@ -172,8 +270,7 @@ int tf__stock_init(struct tf_node *node, unsigned cap)
 		return ret;
 	}
 	k->running = true;
-	tf__fork_init();
-	k->fork_gen = tf__fork_gen();
+	tf_log_debug(S, "connection stock: %u entries, made by a thread", cap);
 	return 0;
 }
 

@@ -170,8 +170,14 @@
 	   "other family is skipped")                                          \
 	XX(session, STOCK, session_stock, UINT, "4",                           \
 	   "Sessions: connection resources (QP, CQ, control QP) a node keeps " \
-	   "made ahead by a background thread, so that a new connection "      \
+	   "made ahead, so that a new connection "                             \
 	   "takes them instead of creating them; 0: none")                     \
+	XX(session, STOCK_REFILL, session_stock_refill, STR, "auto",           \
+	   "Sessions: who makes the stock's entries: thread (a background "    \
+	   "thread of the node), inline (the node's own calls, while they "    \
+	   "wait on a peer or find nothing to do) or auto (thread where the "  \
+	   "process may run on 4 CPUs or more, else inline).  An invalid "     \
+	   "value makes node creation fail")                                   \
 	XX(session, QP_CACHE, session_qp_cache, UINT, "16",                    \
 	   "Sessions: idle connections (QP + socket) kept for reuse; 0: none") \
 	XX(session, MW, session_mw, BOOL, "y",                                 \

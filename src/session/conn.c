@@ -159,6 +159,8 @@ int tf__conn_send(struct tf_conn *c, unsigned ch, struct tf_wire_msg *m,
 	}
 	if (ch == TF_WIRE_CH_CTL)
 		return tf__ctl_send(c, m, timeout_ms);
+	if (c->fin_next)
+		return tf__wire_send_last(c->fd, m, timeout_ms);
 	return tf__wire_send(c->fd, m, timeout_ms);
 }
 

@@ -749,9 +749,13 @@ void tf_session_close(tf_session_t *s)
 		 * already; the peer revokes its own when it closes, which is
 		 * its business (tf_session_close(3)). */
 		tf__wire_init(&m, TF_WIRE_CLOSE);
+		/* A connection that ends with the session closes its socket
+		 * below: a CLOSE sent there leaves with the FIN. */
+		c->fin_next = !keep;
 		if (tf__wire_finish(&m) ||
 		    tf__sess_ctl_send(s, &m, node->timeout_ms))
 			tf__sess_set_broken(s, -EPIPE);
+		c->fin_next = false;
 	}
 	keep = keep && !c->broken && !s->n_stash &&
 	       tf_qp_state(c->qp) == TF_QPS_RTS &&

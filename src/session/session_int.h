@@ -99,6 +99,7 @@ struct tf_conn {
 	uint32_t send_depth, recv_depth;
 	bool broken;   /* never reuse */
 	bool no_keep;  /* TF_SESSION_NO_REUSE: destroy at close */
+	bool fin_next; /* the next socket send is the last: with the FIN */
 	enum tf_conn_hs hs;
 	uint64_t deadline_ns; /* server: end of the handshake step */
 	uint64_t born_ns;     /* server: accepted at */

@@ -238,7 +238,8 @@ static int remaining_ms(uint64_t deadline)
 	return (int)((deadline - now + 999999) / 1000000);
 }
 
-int tf__wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms)
+static int wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms,
+		     int flags)
 {
 	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
 	size_t off = 0;
@@ -247,7 +248,7 @@ int tf__wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms)
 		/* MSG_NOSIGNAL: a peer that went away must give -EPIPE, not
 		 * kill the process with SIGPIPE. */
 		ssize_t n = send(fd, m->buf + off, m->len - off,
-				 MSG_NOSIGNAL | MSG_DONTWAIT);
+				 MSG_NOSIGNAL | MSG_DONTWAIT | flags);
 		int ret;
 
 		if (n > 0) {
@@ -263,6 +264,19 @@ int tf__wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms)
 			return ret;
 	}
 	return 0;
+}
+
+int tf__wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms)
+{
+	return wire_send(fd, m, timeout_ms, 0);
+}
+
+/* On TCP, MSG_MORE holds a segment shorter than the MSS back until more
+ * data or the close: then the FIN rides on it.  The peer wakes once, for
+ * both, and this side pays one transmission instead of two. */
+int tf__wire_send_last(int fd, const struct tf_wire_msg *m, int timeout_ms)
+{
+	return wire_send(fd, m, timeout_ms, MSG_MORE);
 }
 
 void tf__wire_rx_reset(struct tf_wire_rx *rx)

@@ -188,8 +188,11 @@ uint64_t tf__wire_get_u64(struct tf_wire_cur *c);
 const uint8_t *tf__wire_get_bytes(struct tf_wire_cur *c, size_t n);
 
 /* Send a finished message, waiting up to @timeout_ms for the socket to
- * take it.  0, -ETIMEDOUT, -EPIPE/-ECONNRESET or -errno. */
+ * take it.  0, -ETIMEDOUT, -EPIPE/-ECONNRESET or -errno.
+ * tf__wire_send_last: the socket's last message, which the caller closes
+ * next: held (MSG_MORE) so that it leaves in one segment with the FIN. */
 int tf__wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms);
+int tf__wire_send_last(int fd, const struct tf_wire_msg *m, int timeout_ms);
 /*
  * Read more of a message from a non-blocking @fd into @rx.  Returns 1 when
  * a whole message is there (rx->h and rx->body valid), 0 when more bytes

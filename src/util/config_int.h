@@ -83,7 +83,7 @@
 	   "Soft shm transport: most bytes of peer memory (TPT and shared "    \
 	   "memory) the kept peer contexts may have mapped; the least "        \
 	   "recently used go first")                                           \
-	XX(soft, SHM_SEG_CACHE, soft_shm_seg_cache, UINT, "8",                 \
+	XX(soft, SHM_SEG_CACHE, soft_shm_seg_cache, UINT, "32",                \
 	   "Soft shm transport: segments of destroyed queue pairs a context "  \
 	   "keeps for its next ones, and peer queue pairs' segments it "       \
 	   "keeps mapped per peer context, so that a new connection to a "     \

@@ -361,6 +361,24 @@ static void listener_drop(struct tf_listener *l, struct tf_conn *c)
 	tf__conn_destroy(c);
 }
 
+/* A connection that is not in the epoll set has it in its HELLO's stead
+ * once it waits for its next message: false (and @c dropped) if epoll
+ * refused it. */
+static bool pending_watch(struct tf_listener *l, struct tf_conn *c)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+
+	if (c->sock_watched)
+		return true;
+	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
+		tf_log_warn(S, "cannot watch a connection: %m");
+		listener_drop(l, c);
+		return false;
+	}
+	c->sock_watched = true;
+	return true;
+}
+
 /* Tell a peer why it was refused (best effort: it may be gone). */
 static void send_reject(struct tf_conn *c, int err)
 {
@@ -453,7 +471,7 @@ static int server_hello(struct tf_listener *l, struct tf_conn *c,
 			struct tf_session **s_p)
 {
 	struct tf_node *node = l->node;
-	uint8_t fin[TF_WIRE_MAC], th[TF_WIRE_HASH], *mac;
+	uint8_t fin[TF_WIRE_MAC], th[TF_WIRE_HASH], prk[32], *mac;
 	struct tf_wire_hello hello;
 	struct tf_wire_msg m;
 	int ret;
@@ -479,9 +497,11 @@ static int server_hello(struct tf_listener *l, struct tf_conn *c,
 		ret = tf__transcript_add_rx(c->ts, &c->rx);
 	if (!ret)
 		ret = tf__random(c->nonce_s, TF_WIRE_NONCE);
+	/* The traffic keys only after the CHALLENGE left: the client
+	 * checks the proof meanwhile. */
 	if (!ret)
-		ret = tf__keys_derive(node->psk, node->psk_len, c->nonce_c,
-				      c->nonce_s, true, fin, &c->keys);
+		ret = tf__keys_proof_key(node->psk, node->psk_len, c->nonce_c,
+					 c->nonce_s, prk, fin);
 	if (ret)
 		goto out;
 	/* The proof covers the transcript up to itself: HELLO, then this
@@ -502,10 +522,13 @@ static int server_hello(struct tf_listener *l, struct tf_conn *c,
 		ret = tf__transcript_add(c->ts, mac, TF_WIRE_MAC);
 	if (!ret)
 		ret = tf__wire_send(c->fd, &m, node->timeout_ms);
+	if (!ret)
+		ret = tf__keys_from_prk(prk, true, &c->keys);
 	c->hs = TF_CONN_WAIT_OPEN;
 	c->deadline_ns = tf__now_ns() + (uint64_t)node->timeout_ms * 1000000;
 out:
-	memset(fin, 0, sizeof(fin));
+	explicit_bzero(prk, sizeof(prk));
+	explicit_bzero(fin, sizeof(fin));
 	return ret;
 }
 
@@ -559,8 +582,9 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 
 /*
  * Serve a listener connection: a readable socket, or (@from_ctl) the
- * message tf__ctl_next() put into c->rx, or its error @ret.  Returns 1
- * with *@s_p set when a session opened.
+ * message already read into c->rx (by tf__ctl_next(), or a new
+ * connection's HELLO by accept_new), or its error @ret.  Returns 1 with
+ * *@s_p set when a session opened.
  */
 static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 		      const tf_session_params_t *params, bool from_ctl, int ret,
@@ -612,8 +636,11 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 	}
 	if (ret)
 		goto err;
-	if (!s) /* CHALLENGE sent: the sealed OPEN comes next */
+	/* CHALLENGE sent: the sealed OPEN comes next, on the socket. */
+	if (!s) {
+		pending_watch(l, c);
 		return 0;
+	}
 	s->pe = pe;
 	/* The session owns the connection from now on. */
 	listener_release(l, c);
@@ -815,22 +842,46 @@ static void refuse_busy(struct tf_listener *l, int fd)
 	close(fd);
 }
 
+/* Put a new connection on the listener's books: in the epoll set unless
+ * @watch is false (its HELLO is already read), its list and count.  False
+ * (and @c destroyed) if epoll refused it. */
+static bool pending_add(struct tf_listener *l, struct tf_conn *c, bool watch)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+
+	if (watch && epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
+		tf__conn_destroy(c);
+		return false;
+	}
+	c->sock_watched = watch;
+	tf__conn_link(&l->conns, c);
+	l->n_pending++;
+	return true;
+}
+
 /* Accept what the listening socket has, at most a batch per call so that
  * the handshakes already running are served between batches; *@last_p
- * receives the last connection accepted (NULL: none), which is only to be
- * used when it returns false: it returns true if a pending connection was
- * dropped to make room, which may have been that one. */
-static bool accept_new(struct tf_listener *l, struct tf_conn **last_p)
+ * receives the last connection accepted (NULL: none; accepted after any
+ * drop); it returns true if a pending connection was dropped to make room
+ * (an event may name it).  A client sends its HELLO right after it
+ * connects: the last connection's is read at once, into its rx, and
+ * *@r_p says how far that went (tf__wire_rx_step).  Only while it is
+ * not whole (0) does the connection join the epoll set; otherwise the
+ * caller serves it (a system call each way saved on the server's answer,
+ * and a bad header is answered as from serve_conn). */
+static bool accept_new(struct tf_listener *l, struct tf_conn **last_p, int *r_p)
 {
 	struct tf_node *node = l->node;
 	uint64_t hello_ms =
 		(uint64_t)(l->hello_ms < node->timeout_ms ? l->hello_ms
 							  : node->timeout_ms);
+	struct tf_conn *held = NULL;
 	bool dropped = false;
+	int r;
 
 	*last_p = NULL;
+	*r_p = 0;
 	for (int k = 0; k < 64; k++) {
-		struct epoll_event ev = {.events = EPOLLIN};
 		struct sockaddr_storage peer = {.ss_family = AF_UNSPEC};
 		socklen_t pl = sizeof(peer);
 		struct tf_conn *c;
@@ -839,6 +890,10 @@ static bool accept_new(struct tf_listener *l, struct tf_conn **last_p)
 
 		if (fd < 0)
 			break;
+		/* Not the last: on the books before the bounds look. */
+		if (held)
+			pending_add(l, held, true);
+		held = NULL;
 		if (!make_room(l, &peer, &dropped)) {
 			refuse_busy(l, fd);
 			continue;
@@ -856,16 +911,15 @@ static bool accept_new(struct tf_listener *l, struct tf_conn **last_p)
 		/* A client sends its HELLO right after it connects: a
 		 * connection that does not gets the shortest deadline. */
 		c->deadline_ns = c->born_ns + hello_ms * 1000000;
-		ev.data.ptr = c;
-		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-			tf__conn_destroy(c);
-			continue;
-		}
-		c->sock_watched = true;
-		tf__conn_link(&l->conns, c);
-		l->n_pending++;
-		*last_p = c;
+		held = c;
 	}
+	if (!held)
+		return dropped;
+	r = tf__wire_rx_step(held->fd, &held->rx);
+	if (!pending_add(l, held, r == 0))
+		return dropped;
+	*last_p = held;
+	*r_p = r;
 	return dropped;
 }
 
@@ -1009,18 +1063,23 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 			c = evs[i].data.ptr;
 			if (!c) {
 				struct tf_conn *nc;
+				bool dropped;
+				int r;
 
-				/* Dropping a pending connection to make room
-				 * may free one that a later event names. */
-				if (accept_new(l, &nc))
-					break;
+				dropped = accept_new(l, &nc, &r);
 				/* A client sends its HELLO as soon as it is
-				 * connected: it is often there already, and
-				 * need not wait for the next epoll_wait.
-				 * Only @nc can go, and no event names it. */
-				if (nc && serve_conn(l, nc, params, false, 0,
-						     s_p) == 1)
+				 * connected: when it was there already, @nc
+				 * is served now, not after the next
+				 * epoll_wait.  No event names it. */
+				if (nc && r &&
+				    serve_conn(l, nc, params, true, r, s_p) ==
+					    1)
 					return 0;
+				/* Dropping a pending connection to make room
+				 * may have freed one that a later event
+				 * names. */
+				if (dropped)
+					break;
 				continue;
 			}
 			if (serve_conn(l, c, params, false, 0, s_p) == 1)

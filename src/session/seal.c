@@ -210,58 +210,102 @@ static EVP_CIPHER_CTX *gcm_ctx(const uint8_t key[32], bool enc)
 	return x;
 }
 
+/* HKDF-Extract (HMAC(salt = nonce_c | nonce_s, ikm = psk)) into @prk,
+ * keyed into @hk, and the server's proof key from it. */
+static int keys_prk(const uint8_t *psk, size_t psk_len,
+		    const uint8_t nonce_c[TF_WIRE_NONCE],
+		    const uint8_t nonce_s[TF_WIRE_NONCE], uint8_t prk[32],
+		    struct hmac_key *hk, uint8_t fin_s[TF_WIRE_MAC])
+{
+	uint8_t salt[2 * TF_WIRE_NONCE];
+	int ret;
+
+	memcpy(salt, nonce_c, TF_WIRE_NONCE);
+	memcpy(salt + TF_WIRE_NONCE, nonce_s, TF_WIRE_NONCE);
+	ret = tf__hmac_sha256(salt, sizeof(salt), psk, psk_len, prk);
+	if (!ret)
+		ret = hmac_init(hk, prk, 32);
+	if (!ret)
+		ret = hkdf_expand(hk, "tollfree v3 s fin", fin_s, TF_WIRE_MAC);
+	return ret;
+}
+
+/* The traffic keys and ciphers from @hk (keyed with the PRK). */
+static int keys_traffic(struct hmac_key *hk, bool server,
+			struct tf_sess_keys **k_p)
+{
+	uint8_t kc[32], ks[32];
+	struct tf_sess_keys *k;
+	int ret;
+
+	k = tf__calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	ret = hkdf_expand(hk, "tollfree v3 c key", kc, sizeof(kc));
+	if (!ret)
+		ret = hkdf_expand(hk, "tollfree v3 s key", ks, sizeof(ks));
+	if (!ret)
+		ret = hkdf_expand(hk, "tollfree v3 c iv",
+				  server ? k->iv_rx : k->iv_tx, TF_WIRE_IV);
+	if (!ret)
+		ret = hkdf_expand(hk, "tollfree v3 s iv",
+				  server ? k->iv_tx : k->iv_rx, TF_WIRE_IV);
+	if (!ret) {
+		k->tx = gcm_ctx(server ? ks : kc, true);
+		k->rx = gcm_ctx(server ? kc : ks, false);
+		if (!k->tx || !k->rx)
+			ret = crypto_fail("AES-256-GCM set-up");
+	}
+	OPENSSL_cleanse(kc, sizeof(kc));
+	OPENSSL_cleanse(ks, sizeof(ks));
+	if (ret) {
+		tf__keys_free(k);
+		return ret;
+	}
+	*k_p = k;
+	return 0;
+}
+
 int tf__keys_derive(const uint8_t *psk, size_t psk_len,
 		    const uint8_t nonce_c[TF_WIRE_NONCE],
 		    const uint8_t nonce_s[TF_WIRE_NONCE], bool server,
 		    uint8_t fin_s[TF_WIRE_MAC], struct tf_sess_keys **k_p)
 {
-	uint8_t salt[2 * TF_WIRE_NONCE], prk[32], kc[32], ks[32];
 	struct hmac_key hk = {0};
-	struct tf_sess_keys *k;
+	uint8_t prk[32];
 	int ret;
 
-	memcpy(salt, nonce_c, TF_WIRE_NONCE);
-	memcpy(salt + TF_WIRE_NONCE, nonce_s, TF_WIRE_NONCE);
-	/* HKDF-Extract: HMAC(salt, ikm). */
-	ret = tf__hmac_sha256(salt, sizeof(salt), psk, psk_len, prk);
-	if (ret)
-		return ret;
-	ret = hmac_init(&hk, prk, sizeof(prk));
-	if (ret)
-		goto out;
-	k = tf__calloc(1, sizeof(*k));
-	if (!k) {
-		ret = -ENOMEM;
-		goto out;
-	}
-	ret = hkdf_expand(&hk, "tollfree v3 s fin", fin_s, TF_WIRE_MAC);
+	ret = keys_prk(psk, psk_len, nonce_c, nonce_s, prk, &hk, fin_s);
 	if (!ret)
-		ret = hkdf_expand(&hk, "tollfree v3 c key", kc, sizeof(kc));
-	if (!ret)
-		ret = hkdf_expand(&hk, "tollfree v3 s key", ks, sizeof(ks));
-	if (!ret)
-		ret = hkdf_expand(&hk, "tollfree v3 c iv",
-				  server ? k->iv_rx : k->iv_tx, TF_WIRE_IV);
-	if (!ret)
-		ret = hkdf_expand(&hk, "tollfree v3 s iv",
-				  server ? k->iv_tx : k->iv_rx, TF_WIRE_IV);
-	if (ret)
-		goto err;
-	k->tx = gcm_ctx(server ? ks : kc, true);
-	k->rx = gcm_ctx(server ? kc : ks, false);
-	if (!k->tx || !k->rx) {
-		ret = crypto_fail("AES-256-GCM set-up");
-		goto err;
-	}
-	*k_p = k;
-	goto out;
-err:
-	tf__keys_free(k);
-out:
+		ret = keys_traffic(&hk, server, k_p);
 	hmac_free(&hk);
 	OPENSSL_cleanse(prk, sizeof(prk));
-	OPENSSL_cleanse(kc, sizeof(kc));
-	OPENSSL_cleanse(ks, sizeof(ks));
+	return ret;
+}
+
+int tf__keys_proof_key(const uint8_t *psk, size_t psk_len,
+		       const uint8_t nonce_c[TF_WIRE_NONCE],
+		       const uint8_t nonce_s[TF_WIRE_NONCE], uint8_t prk[32],
+		       uint8_t fin_s[TF_WIRE_MAC])
+{
+	struct hmac_key hk = {0};
+	int ret = keys_prk(psk, psk_len, nonce_c, nonce_s, prk, &hk, fin_s);
+
+	hmac_free(&hk);
+	if (ret)
+		OPENSSL_cleanse(prk, 32);
+	return ret;
+}
+
+int tf__keys_from_prk(const uint8_t prk[32], bool server,
+		      struct tf_sess_keys **k_p)
+{
+	struct hmac_key hk = {0};
+	int ret = hmac_init(&hk, prk, 32);
+
+	if (!ret)
+		ret = keys_traffic(&hk, server, k_p);
+	hmac_free(&hk);
 	return ret;
 }
 

@@ -219,6 +219,15 @@ int tf__keys_derive(const uint8_t *psk, size_t psk_len,
 		    const uint8_t nonce_c[TF_WIRE_NONCE],
 		    const uint8_t nonce_s[TF_WIRE_NONCE], bool server,
 		    uint8_t fin_s[TF_WIRE_MAC], struct tf_sess_keys **k_p);
+/* The same in two steps, for a server that answers with its proof before
+ * it needs the traffic keys: the PRK (HKDF-Extract, kept by the caller,
+ * who wipes it) and the proof key, then the keys from the PRK. */
+int tf__keys_proof_key(const uint8_t *psk, size_t psk_len,
+		       const uint8_t nonce_c[TF_WIRE_NONCE],
+		       const uint8_t nonce_s[TF_WIRE_NONCE], uint8_t prk[32],
+		       uint8_t fin_s[TF_WIRE_MAC]);
+int tf__keys_from_prk(const uint8_t prk[32], bool server,
+		      struct tf_sess_keys **k_p);
 void tf__keys_free(struct tf_sess_keys *k);
 /* Seal the finished message @m for channel @ch, authenticating the
  * transcript hash @th too when not NULL.  0, -EMSGSIZE or -EIO. */

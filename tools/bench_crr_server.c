@@ -231,32 +231,35 @@ static void srv_tcp_close(struct srv *sv, struct srv_tcp *t)
 		sv->n_spin--;
 }
 
-/* Take the connections waiting on @lfd; @spin: the busy-polling echo
+/* Take a connection waiting on @lfd; @spin: the busy-polling echo
  * listener, whose connections are polled on every turn instead of
  * waited for in epoll (unless the server sleeps: then they are waited
- * for as the others are, and only their client spins). */
+ * for as the others are, and only their client spins).  One an event,
+ * as tollfree's listener does: an accept4 that finds the queue empty
+ * costs as much as one that does not, and the listening socket stays
+ * readable in the epoll set while more wait. */
 static int srv_tcp_accept(struct srv *sv, int lfd, bool spin)
 {
-	int fd, i;
+	int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	int i;
 
+	if (fd < 0)
+		return 0;
 	spin = spin && !sv->sleep;
-	while ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >=
-	       0) {
-		for (i = 0; i < SRV_MAX_TCP && sv->tcp[i].fd >= 0; i++)
-			;
-		if (i == SRV_MAX_TCP) {
-			close(fd);
-			continue;
-		}
-		sock_nodelay(fd, CRR_TIMEOUT_MS);
-		sv->tcp[i].fd = fd;
-		sv->tcp[i].got = 0;
-		sv->tcp[i].spin = spin;
-		if (spin)
-			sv->n_spin++;
-		else if (srv_epoll_add(sv, fd, TAG_TCP_CONN + (uint64_t)i))
-			return -1;
+	for (i = 0; i < SRV_MAX_TCP && sv->tcp[i].fd >= 0; i++)
+		;
+	if (i == SRV_MAX_TCP) {
+		close(fd);
+		return 0;
 	}
+	sock_nodelay(fd, CRR_TIMEOUT_MS);
+	sv->tcp[i].fd = fd;
+	sv->tcp[i].got = 0;
+	sv->tcp[i].spin = spin;
+	if (spin)
+		sv->n_spin++;
+	else if (srv_epoll_add(sv, fd, TAG_TCP_CONN + (uint64_t)i))
+		return -1;
 	return 0;
 }
 

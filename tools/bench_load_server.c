@@ -248,36 +248,37 @@ static void tcp_close(struct lsrv_tcp *c)
 	c->fd = -1;
 }
 
+/* One connection an event, as tollfree's listener takes them: an accept4
+ * that finds the queue empty costs as much as one that does not, and the
+ * listening socket stays readable in the epoll set while more wait. */
 static int thr_tcp_accept(struct lsrv_thr *t)
 {
-	int fd;
+	int fd = accept4(t->tcp_lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	size_t i;
 
-	while ((fd = accept4(t->tcp_lfd, NULL, NULL,
-			     SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0) {
-		size_t i;
+	if (fd < 0)
+		return 0;
+	for (i = 0; i < t->ntcp && t->tcp[i].fd >= 0; i++)
+		;
+	if (i == t->ntcp) {
+		size_t cap = t->ntcp ? 2 * t->ntcp : 16;
+		struct lsrv_tcp *n = realloc(t->tcp, cap * sizeof(*n));
 
-		for (i = 0; i < t->ntcp && t->tcp[i].fd >= 0; i++)
-			;
-		if (i == t->ntcp) {
-			size_t cap = t->ntcp ? 2 * t->ntcp : 16;
-			struct lsrv_tcp *n = realloc(t->tcp, cap * sizeof(*n));
-
-			if (!n) {
-				close(fd);
-				continue;
-			}
-			for (size_t j = t->ntcp; j < cap; j++)
-				n[j].fd = -1;
-			t->tcp = n;
-			t->ntcp = cap;
+		if (!n) {
+			close(fd);
+			return 0;
 		}
-		sock_nodelay(fd, CRR_TIMEOUT_MS);
-		t->tcp[i].fd = fd;
-		t->tcp[i].got = 0;
-		if (epoll_add(t->epfd, fd, TAG_TCP_CONN + 8 * (uint64_t)i)) {
-			tcp_close(&t->tcp[i]);
-			return -1;
-		}
+		for (size_t j = t->ntcp; j < cap; j++)
+			n[j].fd = -1;
+		t->tcp = n;
+		t->ntcp = cap;
+	}
+	sock_nodelay(fd, CRR_TIMEOUT_MS);
+	t->tcp[i].fd = fd;
+	t->tcp[i].got = 0;
+	if (epoll_add(t->epfd, fd, TAG_TCP_CONN + 8 * (uint64_t)i)) {
+		tcp_close(&t->tcp[i]);
+		return -1;
 	}
 	return 0;
 }

@@ -859,66 +859,57 @@ static bool pending_add(struct tf_listener *l, struct tf_conn *c, bool watch)
 	return true;
 }
 
-/* Accept what the listening socket has, at most a batch per call so that
- * the handshakes already running are served between batches; *@last_p
- * receives the last connection accepted (NULL: none; accepted after any
- * drop); it returns true if a pending connection was dropped to make room
- * (an event may name it).  A client sends its HELLO right after it
- * connects: the last connection's is read at once, into its rx, and
- * *@r_p says how far that went (tf__wire_rx_step).  Only while it is
- * not whole (0) does the connection join the epoll set; otherwise the
- * caller serves it (a system call each way saved on the server's answer,
- * and a bad header is answered as from serve_conn). */
-static bool accept_new(struct tf_listener *l, struct tf_conn **last_p, int *r_p)
+/* Accept one connection of those the listening socket has: *@c_p receives
+ * it (NULL: none); returns true if a pending connection was dropped to
+ * make room for it (an event may name that one).  One a call, because an
+ * accept4 that finds the queue empty costs as much as one that does not
+ * (Linux makes the socket and its file first, about 5 us here): the
+ * listening socket stays readable in the epoll set while more wait, and
+ * the handshakes already running are served in between.  A client sends
+ * its HELLO right after it connects: it is read at once, into the
+ * connection's rx, and *@r_p says how far that went (tf__wire_rx_step).
+ * Only while it is not whole (0) does the connection join the epoll set;
+ * otherwise the caller serves it (a system call each way saved on the
+ * server's answer, and a bad header is answered as from serve_conn). */
+static bool accept_new(struct tf_listener *l, struct tf_conn **c_p, int *r_p)
 {
 	struct tf_node *node = l->node;
 	uint64_t hello_ms =
 		(uint64_t)(l->hello_ms < node->timeout_ms ? l->hello_ms
 							  : node->timeout_ms);
-	struct tf_conn *held = NULL;
+	struct sockaddr_storage peer = {.ss_family = AF_UNSPEC};
+	socklen_t pl = sizeof(peer);
 	bool dropped = false;
-	int r;
+	struct tf_conn *c;
+	int fd, r;
 
-	*last_p = NULL;
+	*c_p = NULL;
 	*r_p = 0;
-	for (int k = 0; k < 64; k++) {
-		struct sockaddr_storage peer = {.ss_family = AF_UNSPEC};
-		socklen_t pl = sizeof(peer);
-		struct tf_conn *c;
-		int fd = accept4(l->lfd, (struct sockaddr *)&peer, &pl,
-				 SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-		if (fd < 0)
-			break;
-		/* Not the last: on the books before the bounds look. */
-		if (held)
-			pending_add(l, held, true);
-		held = NULL;
-		if (!make_room(l, &peer, &dropped)) {
-			refuse_busy(l, fd);
-			continue;
-		}
-		c = tf__conn_alloc(node, fd);
-		if (!c) {
-			close(fd);
-			continue;
-		}
-		tf__conn_sock_opts(fd);
-		memcpy(&c->peer, &peer, pl);
-		c->peer_len = pl;
-		c->hs = TF_CONN_WAIT_HELLO;
-		c->born_ns = tf__now_ns();
-		/* A client sends its HELLO right after it connects: a
-		 * connection that does not gets the shortest deadline. */
-		c->deadline_ns = c->born_ns + hello_ms * 1000000;
-		held = c;
+	fd = accept4(l->lfd, (struct sockaddr *)&peer, &pl,
+		     SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0)
+		return false;
+	if (!make_room(l, &peer, &dropped)) {
+		refuse_busy(l, fd);
+		return dropped;
 	}
-	if (!held)
+	c = tf__conn_alloc(node, fd);
+	if (!c) {
+		close(fd);
 		return dropped;
-	r = tf__wire_rx_step(held->fd, &held->rx);
-	if (!pending_add(l, held, r == 0))
+	}
+	tf__conn_sock_opts(fd);
+	memcpy(&c->peer, &peer, pl);
+	c->peer_len = pl;
+	c->hs = TF_CONN_WAIT_HELLO;
+	c->born_ns = tf__now_ns();
+	/* A client sends its HELLO right after it connects: a connection
+	 * that does not gets the shortest deadline. */
+	c->deadline_ns = c->born_ns + hello_ms * 1000000;
+	r = tf__wire_rx_step(fd, &c->rx);
+	if (!pending_add(l, c, r == 0))
 		return dropped;
-	*last_p = held;
+	*c_p = c;
 	*r_p = r;
 	return dropped;
 }

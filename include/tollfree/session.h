@@ -60,11 +60,12 @@
  * tf_session_wait (move), tf_session_revoke (revoke), tf_session_close.
  *
  * Thread safety (tollfree(7), THREAD SAFETY):
- *  - a node: any thread.  tf_session_connect, tf_listener_create and
- *    tf_node_query_stats may run at the same time on any threads; what
- *    they share (kept client connections and free windows under the
- *    node's lock, the stock under its own, the pool, the registration
- *    cache, the pinned-memory account, atomic counters) is synchronized.
+ *  - a node: any thread.  tf_session_connect, tf_listener_create,
+ *    tf_node_progress and tf_node_query_stats may run at the same time on
+ *    any threads; what they share (kept client connections and free
+ *    windows under the node's lock, the stock under its own, the pool,
+ *    the registration cache, the pinned-memory account, atomic counters)
+ *    is synchronized.
  *  - a listener and the sessions it returned: tf_listener_accept,
  *    tf_listener_destroy and tf_session_close of those sessions must not
  *    overlap (close hands a kept connection back to its listener).  The

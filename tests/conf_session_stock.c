@@ -35,11 +35,11 @@ static tf_node_stats_t stats(tf_node_t *node)
 	return st;
 }
 
-static void server(struct tf_pair *p, bool inl)
+/* A node whose stock is full: at once when it is made inline. */
+static tf_node_t *node_full(struct tf_pair *p, bool inl)
 {
-	tf_node_t *node;
-	tf_listener_t *l;
 	tf_node_stats_t st;
+	tf_node_t *node;
 
 	CHECK_OK(tf_node_create(p->ctx, NULL, &node));
 	st = stats(node);
@@ -47,6 +47,26 @@ static void server(struct tf_pair *p, bool inl)
 	if (inl)
 		CHECK(st.stock_entries == CAP);
 	st_stock_settle(node);
+	return node;
+}
+
+/* Every one of the N connections took its QPs from the stock. */
+static void check_hits(tf_node_t *node, const char *side)
+{
+	tf_node_stats_t st = stats(node);
+
+	CHECKF(st.stock_hits == N && st.stock_misses == 0,
+	       "%s stock: %llu hits, %llu misses", side,
+	       (unsigned long long)st.stock_hits,
+	       (unsigned long long)st.stock_misses);
+}
+
+static void server(struct tf_pair *p, bool inl)
+{
+	tf_node_t *node = node_full(p, inl);
+	tf_listener_t *l;
+	tf_node_stats_t st;
+
 	CHECK_OK(st_listen(node, &l));
 	tf_test_send_u64(p, tf_listener_port(l));
 	for (int i = 0; i < N; i++) {
@@ -71,11 +91,7 @@ static void server(struct tf_pair *p, bool inl)
 		st_stock_settle(node);
 		tf_test_sync(p);
 	}
-	st = stats(node);
-	CHECKF(st.stock_hits == N && st.stock_misses == 0,
-	       "server stock: %llu hits, %llu misses",
-	       (unsigned long long)st.stock_hits,
-	       (unsigned long long)st.stock_misses);
+	check_hits(node, "server");
 	tf_listener_destroy(l);
 	tf_node_destroy(node);
 }
@@ -85,15 +101,9 @@ static void client(struct tf_pair *p, bool inl)
 	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
 				  .flags = TF_SESSION_NO_REUSE};
 	uint16_t port = (uint16_t)tf_test_recv_u64(p);
+	tf_node_t *node = node_full(p, inl);
 	tf_node_stats_t st;
-	tf_node_t *node;
 
-	CHECK_OK(tf_node_create(p->ctx, NULL, &node));
-	st = stats(node);
-	CHECK(st.stock_max == CAP);
-	if (inl)
-		CHECK(st.stock_entries == CAP);
-	st_stock_settle(node);
 	for (int i = 0; i < N; i++) {
 		tf_session_t *s;
 		int ret = tf_session_connect(node, st_host(), port, &sp, &s);
@@ -111,12 +121,8 @@ static void client(struct tf_pair *p, bool inl)
 		st_stock_settle(node);
 		tf_test_sync(p);
 	}
-	st = stats(node);
-	CHECKF(st.stock_hits == N && st.stock_misses == 0,
-	       "client stock: %llu hits, %llu misses",
-	       (unsigned long long)st.stock_hits,
-	       (unsigned long long)st.stock_misses);
-	CHECK(st.qp_new == N);
+	check_hits(node, "client");
+	CHECK(stats(node).qp_new == N);
 	tf_node_destroy(node);
 }
 

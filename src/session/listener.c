@@ -361,9 +361,8 @@ static void listener_drop(struct tf_listener *l, struct tf_conn *c)
 	tf__conn_destroy(c);
 }
 
-/* A connection that is not in the epoll set has it in its HELLO's stead
- * once it waits for its next message: false (and @c dropped) if epoll
- * refused it. */
+/* Watch a pending connection's socket in the epoll set (once), for its
+ * next message: false (and @c dropped) if epoll refused it. */
 static bool pending_watch(struct tf_listener *l, struct tf_conn *c)
 {
 	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
@@ -842,21 +841,15 @@ static void refuse_busy(struct tf_listener *l, int fd)
 	close(fd);
 }
 
-/* Put a new connection on the listener's books: in the epoll set unless
- * @watch is false (its HELLO is already read), its list and count.  False
- * (and @c destroyed) if epoll refused it. */
+/* Put a new connection on the listener's books: its list and count, and
+ * the epoll set unless @watch is false (its HELLO is already read).
+ * False (and @c dropped) if epoll refused it. */
 static bool pending_add(struct tf_listener *l, struct tf_conn *c, bool watch)
 {
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-
-	if (watch && epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
-		tf__conn_destroy(c);
-		return false;
-	}
-	c->sock_watched = watch;
+	c->sock_watched = false;
 	tf__conn_link(&l->conns, c);
 	l->n_pending++;
-	return true;
+	return !watch || pending_watch(l, c);
 }
 
 /* Accept one connection of those the listening socket has: *@c_p receives

@@ -165,7 +165,11 @@ struct tf_stock {
 	bool running, stop;
 	bool blocked;	    /* a make failed: wait for the next take */
 	bool inline_refill; /* no thread: tf__stock_refill makes entries */
-	bool making;	    /* an inline refill is making one */
+	/* Inline: an entry is missing (set by a take, cleared when the
+	 * stock is full), so that a busy-polling listener's idle calls
+	 * look without the lock. */
+	atomic_bool lacking;
+	bool making; /* an inline refill is making one */
 	struct tf_ctl spare[TF_STOCK_SPARE];
 	unsigned n_spare;
 };

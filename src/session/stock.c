@@ -110,6 +110,8 @@ static void stock_put(struct tf_node *node, struct tf_stock_ent *e)
 
 	k->ent[k->n++] = *e;
 	STAT(node, stock_made);
+	if (k->n >= k->cap)
+		atomic_store_explicit(&k->lacking, false, memory_order_relaxed);
 	/* A full stock keeps no spare control QP.  A take that left one
 	 * while this entry was being made, with a control QP of its own,
 	 * would leave it for the next take: its descriptors and pinned
@@ -171,7 +173,9 @@ int tf__stock_refill(struct tf_node *node)
 	struct tf_stock_ent e;
 	int ret;
 
-	if (!k->inline_refill || TF__UNLIKELY(k->fork_gen != tf__fork_gen()))
+	if (!k->inline_refill ||
+	    !atomic_load_explicit(&k->lacking, memory_order_relaxed) ||
+	    TF__UNLIKELY(k->fork_gen != tf__fork_gen()))
 		return 0;
 	pthread_mutex_lock(&k->lock);
 	/* One maker at a time (takes only lower k->n, so the entry fits);
@@ -252,6 +256,7 @@ int tf__stock_init(struct tf_node *node, unsigned cap, const char *refill)
 	k->fork_gen = tf__fork_gen();
 	if (!thread) {
 		k->inline_refill = true;
+		atomic_store(&k->lacking, true);
 		/* A failure is counted, and the next take retries. */
 		tf__stock_fill(node);
 		tf_log_debug(S,
@@ -321,6 +326,7 @@ bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 		return false;
 	}
 	e = k->ent[--k->n];
+	atomic_store_explicit(&k->lacking, true, memory_order_relaxed);
 	/* A control QP this connection will not use stays, unused, for the
 	 * entry made next (which the signal below asks for): each take
 	 * leaves at most one spare and one hole, and each entry made takes

@@ -136,13 +136,14 @@ static void put_open(const struct tf_wire_rx *rx, struct tf_wire_msg *m,
 	if (o->reuse_id)
 		FUZZ_CHECK(!o->blob_len && !o->ctl_len);
 	else
-		FUZZ_CHECK(o->blob_len > 0);
+		FUZZ_CHECK(o->blob_len > 0 && !o->grant);
 	tf__wire_put_u16(m, o->blob_len);
 	tf__wire_put_bytes(m, o->blob, o->blob_len);
 	tf__wire_put_u16(m, o->priv_len);
 	tf__wire_put_bytes(m, o->priv, o->priv_len);
 	tf__wire_put_u16(m, o->ctl_len);
 	tf__wire_put_bytes(m, o->ctl, o->ctl_len);
+	tf__wire_put_u32(m, o->grant);
 }
 
 /* Give the body of @rx to every parser; returns how many took it. */
@@ -155,6 +156,7 @@ static int parse_all(const struct tf_wire_rx *rx)
 	struct tf_wire_open req;
 	struct tf_wire_msg m;
 	struct tf_wire_reject rej;
+	struct tf_wire_grant gr;
 	int ret, ok = 0;
 
 	ret = tf__wire_parse_hello(rx, &hello);
@@ -252,6 +254,21 @@ static int parse_all(const struct tf_wire_rx *rx)
 		FUZZ_CHECK(rx->h.op == TF_WIRE_EXPOSE);
 		tf__wire_init(&m, TF_WIRE_EXPOSE);
 		add_exposures(rx, &m, &ex);
+	}
+
+	ret = tf__wire_parse_grant(rx, &gr);
+	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
+	if (!ret) {
+		ok++;
+		FUZZ_CHECK(rx->h.op == TF_WIRE_GRANT && gr.grant);
+		FUZZ_CHECK(gr.e.length && gr.e.addr + gr.e.length > gr.e.addr);
+		FUZZ_CHECK(gr.e.rights &&
+			   !(gr.e.rights & ~(uint32_t)TF_WIRE_EXPOSURE_RIGHTS));
+		/* A GRANT is exactly its fields. */
+		tf__wire_put_grant(&m, gr.grant, &gr.e);
+		FUZZ_CHECK(tf__wire_finish(&m) == 0);
+		FUZZ_CHECK(m.len - TF_WIRE_HDR_SIZE == rx->h.size);
+		check_prefix(rx, &m);
 	}
 	return ok;
 }

@@ -91,6 +91,7 @@ static void put_open(struct tf_wire_msg *m, const uint8_t *blob,
 	tf__wire_put_bytes(m, priv, priv_len);
 	tf__wire_put_u16(m, (uint16_t)ctl_len);
 	tf__wire_put_bytes(m, ctl, ctl_len);
+	tf__wire_put_u32(m, 0); /* no grant */
 }
 
 /* Seal the finished @m as the client of fuzz_seal.h's connection does,
@@ -258,6 +259,18 @@ static void gen_wire(const uint8_t *blob, size_t blob_len)
 	    put_open(&m, blob, blob_len, NULL, blob, blob_len));
 	MSG("open-kept", 7, 0, tf__wire_init(&m, TF_WIRE_OPEN);
 	    tf__wire_put_u32(&m, 9); put_open(&m, NULL, 0, "abc", NULL, 0));
+	/* A kept connection's OPEN that takes grant 3, and the GRANT. */
+	MSG("open-kept-grant", 0, 0, tf__wire_init(&m, TF_WIRE_OPEN);
+	    tf__wire_put_u32(&m, 9); tf__wire_put_u16(&m, 0);
+	    tf__wire_put_u16(&m, 0); tf__wire_put_u16(&m, 0);
+	    tf__wire_put_u32(&m, 3));
+	MSG("grant", 0, 0,
+	    tf__wire_put_grant(
+		    &m, 3,
+		    &(tf_exposure_info_t){.addr = 0x10000,
+					  .length = 1024,
+					  .rkey = 0x1234,
+					  .rights = TF_ACCESS_REMOTE_WRITE}));
 	MSG("accept", 0, 0, tf__wire_init(&m, TF_WIRE_ACCEPT);
 	    tf__wire_put_u32(&m, 1); tf__wire_put_u16(&m, (uint16_t)blob_len);
 	    tf__wire_put_bytes(&m, blob, blob_len);

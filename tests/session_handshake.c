@@ -187,6 +187,7 @@ static void client(struct tf_pair *p)
 		tf__wire_put_bytes(&m, b, 16);
 		tf__wire_put_u16(&m, 0);
 		tf__wire_put_u16(&m, 0);
+		tf__wire_put_u32(&m, 0); /* no grant */
 		if (sealed)
 			tf__wire_put_bytes(&m, b, TF_WIRE_TAG);
 		CHECK_OK(tf__wire_finish(&m));
@@ -214,6 +215,7 @@ static void client(struct tf_pair *p)
 	tf__wire_put_bytes(&m, b, 16);
 	tf__wire_put_u16(&m, 0);
 	tf__wire_put_u16(&m, 0);
+	tf__wire_put_u32(&m, 0);
 	CHECK_OK(tf__wire_finish(&m));
 	CHECK_OK(tf__wire_send(fd, &m, 1000));
 	expect_reject(fd, TF_EAUTH);

@@ -50,10 +50,13 @@
  * is outstanding and the QP is in RTS, the connection (socket and QP) is
  * kept, bounded by TOLLFREE_SESSION_QP_CACHE: by the client's node per
  * peer address, by the server's listener.  Close is one-way: it does not
- * wait for the peer's CLOSE, which the connection's next user consumes.  The next session to that
- * peer sends its OPEN, naming the connection, over the control QP (or the
- * kept socket if there is none); it still gets its own windows and keys.
- * A connection whose QP or control QP failed is destroyed.
+ * wait for the peer's CLOSE, which the connection's next user consumes.
+ * The next session to that peer sends its OPEN, naming the connection,
+ * over the control QP (or the kept socket if there is none); it still
+ * gets its own windows and keys.  A listener may grant the next session's
+ * window ahead (tf_listener_params_t.grant_len): that OPEN then names the
+ * grant and is not answered.  A connection whose QP or control QP failed
+ * is destroyed.
  *
  * Phases can be timed from outside: tf_session_connect (connect),
  * tf_session_rent/attach + tf_session_expose (prepare), data calls +
@@ -225,7 +228,13 @@ typedef struct tf_node_stats {
 	 * sessions (accepted, not yet closed). */
 	uint64_t exposed_bytes;
 	uint64_t sessions_served;
-	uint64_t reserved[3];
+	/* Grants (tf_listener_params_t.grant_len): windows a listener bound
+	 * and sent ahead of a session; grants that sessions took (server:
+	 * accepted on one; client: opened on one); grants revoked unused,
+	 * when their connection ended. */
+	uint64_t grants_made;
+	uint64_t grants_taken;
+	uint64_t grants_dropped;
 } tf_node_stats_t;
 
 /* tf_node_query_stats - copy the counters (read without a lock).
@@ -239,6 +248,7 @@ enum tf_listener_params_field {
 	TF_LISTENER_PARAM_PORT = 1u << 1,
 	TF_LISTENER_PARAM_BACKLOG = 1u << 2,
 	TF_LISTENER_PARAM_FLAGS = 1u << 3,
+	TF_LISTENER_PARAM_GRANT = 1u << 4, /* grant_len, _rights, _depth */
 };
 
 enum tf_listener_flags {
@@ -271,7 +281,28 @@ typedef struct tf_listener_params {
 	uint16_t port;	  /* default 0: ephemeral (see tf_listener_port) */
 	int backlog;	  /* default 128 */
 	uint32_t flags;	  /* enum tf_listener_flags; default 0 */
+	/*
+	 * Grants: on each kept connection (with a control QP, on a device
+	 * with type-2 windows), the listener binds windows of grant_len
+	 * bytes over fresh pool slices (zeroed if readable) with
+	 * grant_rights, and sends their keys ahead, up to grant_depth per
+	 * connection (1..TF_LISTENER_MAX_GRANT_DEPTH; 0: 2).  A client's
+	 * next session on the connection takes one: tf_session_connect
+	 * returns without a round trip and may write at once.  The
+	 * accepted session is granted (tf_session_granted): its buffer 0 is
+	 * the slice, its exposure 0 the window, counted against
+	 * TOLLFREE_SESSION_MAX_EXPOSED_PEER, and revoked at close as any
+	 * exposure.  Grants not taken are revoked when their connection
+	 * ends.  grant_len 0 (the default): none.  tollfree(7), GRANTS.
+	 */
+	size_t grant_len;
+	uint32_t grant_rights; /* TF_ACCESS_REMOTE_*; 0: REMOTE_WRITE */
+	uint32_t grant_depth;
 } tf_listener_params_t;
+
+/* The bounds of tf_listener_params_t's grants. */
+#define TF_LISTENER_MAX_GRANT_DEPTH 8
+#define TF_LISTENER_MAX_GRANT_LEN   (1u << 20)
 
 /* tf_listener_create - listen for sessions on @node, on the first address
  * of params->addr that can be bound (a name is resolved).  -EADDRINUSE
@@ -360,7 +391,9 @@ int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
 		       const tf_session_params_t *params, tf_session_t **s_p);
 
 /* tf_session_establish - send the deferred ACCEPT (with the exposures
- * made so far).  Returns 0, -EINVAL if not deferred, or -errno. */
+ * made so far).  Returns 0, -EINVAL if not deferred, or -errno.  On a
+ * granted session (tf_session_granted), which has no ACCEPT, it returns 0
+ * (-ENOTCONN if broken): its exposures went as EXPOSE messages. */
 int tf_session_establish(tf_session_t *s);
 
 /* --------------------------------------------------------- memory */
@@ -526,6 +559,10 @@ int tf_session_arm(tf_session_t *s);
 const void *tf_session_peer_priv(const tf_session_t *s, size_t *len_p);
 /* 1 if the session runs on a kept (reused) connection. */
 int tf_session_reused(const tf_session_t *s);
+/* 1 if the session opened on a grant (tf_listener_params_t.grant_len):
+ * the server's exposure 0 is the granted window, and on the server its
+ * buffer 0 the slice beneath, which holds what the client wrote. */
+int tf_session_granted(const tf_session_t *s);
 /* The session's QP, for inspection and tests only: work posted on it
  * directly is not tracked by the session (close may then find the QP in
  * an unexpected state and not keep it); its completions are returned by

@@ -113,6 +113,8 @@ void tf__conn_destroy(struct tf_conn *c)
 	tf__keys_free(c->keys);
 	tf__transcript_free(c->ts);
 	tf__sess_free_mem(c->spare);
+	/* Grants before the QP they are bound to. */
+	tf__conn_grants_drop(c);
 	/* The session fd's set first: it names the fds closed below. */
 	if (c->wait_fd >= 0)
 		close(c->wait_fd);
@@ -189,13 +191,66 @@ int tf__conn_open(struct tf_conn *c, unsigned ch)
 	return tf__conn_open_rx(c, ch, &c->rx);
 }
 
-bool tf__conn_late_close(struct tf_conn *c, unsigned ch,
-			 const struct tf_wire_rx *rx)
+/* A client keeps a GRANT for a later session on the connection. */
+static int grant_keep(struct tf_conn *c, const struct tf_wire_rx *rx)
 {
-	if (!(c->close_due & (1u << ch)) || rx->h.op != TF_WIRE_CLOSE)
-		return false;
-	c->close_due &= ~(1u << ch);
-	return true;
+	struct tf_wire_grant g;
+	int ret = tf__wire_parse_grant(rx, &g);
+
+	if (ret)
+		return ret;
+	if (c->n_grants >= TF_WIRE_MAX_GRANTS) {
+		tf_log_warn(S, "peer sent more than %d grants on a connection",
+			    TF_WIRE_MAX_GRANTS);
+		return -TF_EWIRE;
+	}
+	for (unsigned i = 0; i < c->n_grants; i++)
+		if (c->grants[i].id == g.grant) {
+			tf_log_warn(S, "peer sent grant %u twice", g.grant);
+			return -TF_EWIRE;
+		}
+	c->grants[c->n_grants].id = g.grant;
+	c->grants[c->n_grants].info = g.e;
+	c->n_grants++;
+	return 0;
+}
+
+int tf__conn_aside(struct tf_conn *c, unsigned ch, const struct tf_wire_rx *rx)
+{
+	if (rx->h.op == TF_WIRE_CLOSE && c->close_due[ch]) {
+		c->close_due[ch]--;
+		return 1;
+	}
+	/* Grants come from a listener, on the control QP, to its client. */
+	if (rx->h.op == TF_WIRE_GRANT && c->client && ch == TF_WIRE_CH_CTL) {
+		int ret = grant_keep(c, rx);
+
+		return ret ? ret : 1;
+	}
+	return 0;
+}
+
+void tf__conn_grants_drop(struct tf_conn *c)
+{
+	struct tf_node *node = c->node;
+
+	for (unsigned i = 0; i < c->n_grants; i++) {
+		struct tf_grant *g = &c->grants[i];
+
+		if (!g->mw)
+			continue;
+		/* Freeing the window revokes it: only then may its slice
+		 * go back to the pool. */
+		tf_mw_dealloc(g->mw);
+		tf_pool_return(node->pool, &g->slice);
+		atomic_fetch_sub_explicit(&node->slices_rented, 1,
+					  memory_order_relaxed);
+		atomic_fetch_sub_explicit(&node->windows_live, 1,
+					  memory_order_relaxed);
+		STAT(node, windows_revoked);
+		STAT(node, grants_dropped);
+	}
+	c->n_grants = 0;
 }
 
 void tf__conn_sock_opts(int fd)
@@ -217,6 +272,7 @@ void tf__node_keep(struct tf_node *node, struct tf_conn *c)
 		tf__conn_destroy(c);
 		return;
 	}
+	c->kept_ns = tf__now_ns();
 	pthread_mutex_lock(&node->lock);
 	tf__conn_link(&node->idle, c);
 	if (++node->n_idle > node->qp_cache) {

@@ -155,7 +155,10 @@ static int client_accept(struct tf_session *s, bool reused)
 		ret = tf__conn_open(c, tf__sess_channel(s));
 		if (ret)
 			return ret;
-	} while (tf__conn_late_close(c, tf__sess_channel(s), &c->rx));
+		ret = tf__conn_aside(c, tf__sess_channel(s), &c->rx);
+		if (ret < 0)
+			return ret;
+	} while (ret);
 	tf__transcript_free(c->ts);
 	c->ts = NULL;
 	ret = server_refused(c);
@@ -200,7 +203,7 @@ static int client_accept(struct tf_session *s, bool reused)
  * one, and alone in the OPEN of a kept connection. */
 static void put_open(struct tf_wire_msg *m, const tf_session_params_t *params,
 		     const uint8_t *blob, size_t blob_len, const uint8_t *ctl,
-		     size_t ctl_len)
+		     size_t ctl_len, uint32_t grant)
 {
 	size_t priv_len = 0;
 
@@ -213,16 +216,18 @@ static void put_open(struct tf_wire_msg *m, const tf_session_params_t *params,
 		tf__wire_put_bytes(m, params->priv, priv_len);
 	tf__wire_put_u16(m, (uint16_t)ctl_len);
 	tf__wire_put_bytes(m, ctl, ctl_len);
+	tf__wire_put_u32(m, grant);
 }
 
-static int send_open(struct tf_session *s, const tf_session_params_t *params)
+static int send_open(struct tf_session *s, const tf_session_params_t *params,
+		     uint32_t grant)
 {
 	struct tf_wire_msg m;
 	int ret;
 
 	tf__wire_init(&m, TF_WIRE_OPEN);
 	tf__wire_put_u32(&m, s->c->id);
-	put_open(&m, params, NULL, 0, NULL, 0);
+	put_open(&m, params, NULL, 0, NULL, 0, grant);
 	ret = tf__wire_finish(&m);
 	if (ret)
 		return ret;
@@ -280,6 +285,62 @@ static int client_challenge(struct tf_conn *c)
 	return ret;
 }
 
+/*
+ * Read what came on an idle kept connection's control QP: the CLOSE of
+ * its last session and the listener's GRANTs.  Anything else (an EXPOSE
+ * the server made after this side closed) fails the connection, and the
+ * caller makes another.  0 or -errno.
+ */
+static int take_aside(struct tf_conn *c)
+{
+	for (;;) {
+		int ret = tf__ctl_next(c, &c->rx);
+
+		if (ret <= 0)
+			return ret;
+		ret = tf__conn_open(c, TF_WIRE_CH_CTL);
+		if (!ret)
+			ret = tf__conn_aside(c, TF_WIRE_CH_CTL, &c->rx);
+		if (!ret) {
+			tf_log_debug(S, "kept connection: unexpected %s",
+				     tf__wire_op_name(c->rx.h.op));
+			ret = -TF_EWIRE;
+		}
+		tf__wire_rx_reset(&c->rx);
+		if (ret < 0)
+			return ret;
+	}
+}
+
+/*
+ * Open @s on the oldest grant @c holds: the OPEN names it and the
+ * session is open as it leaves, with the grant as the server's exposure
+ * 0.  A connection idle for a while is asked first whether the server
+ * still has it (its socket), since nothing answers this OPEN.
+ */
+static int open_granted(struct tf_session *s, const tf_session_params_t *params)
+{
+	struct tf_conn *c = s->c;
+	struct tf_grant g = c->grants[0];
+	int ret;
+
+	if (tf__now_ns() - c->kept_ns > TF_CTL_SOCKET_CHECK_NS) {
+		ret = tf__ctl_tcp_check(c);
+		if (ret)
+			return ret < 0 ? ret : -ECONNRESET;
+	}
+	c->n_grants--;
+	memmove(c->grants, c->grants + 1, c->n_grants * sizeof(c->grants[0]));
+	ret = send_open(s, params, g.id);
+	if (ret)
+		return ret;
+	s->peer[0] = g.info;
+	s->n_peer = 1;
+	s->granted = true;
+	STAT(s->node, grants_taken);
+	return 0;
+}
+
 /* Open a session on a kept connection; on failure the connection is
  * destroyed and the caller makes a new one, unless the server answered
  * with a REJECT (*@refused_p): the server's application refused this
@@ -305,9 +366,14 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 	}
 	s->reused = true;
 	s->qctl = c->ctl.ready;
-	ret = send_open(s, params);
-	if (!ret)
-		ret = client_accept(s, true);
+	ret = s->qctl ? take_aside(c) : 0;
+	if (!ret && c->n_grants) {
+		ret = open_granted(s, params);
+	} else if (!ret) {
+		ret = send_open(s, params, 0);
+		if (!ret)
+			ret = client_accept(s, true);
+	}
 	if (ret) {
 		*refused_p = c->rx.have_hdr && c->rx.h.op == TF_WIRE_REJECT;
 		s->broken = true;
@@ -409,6 +475,7 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	if (!c)
 		return -ENOMEM;
 	c->hs = TF_CONN_BUSY;
+	c->client = true;
 	ret = tf__random_buffered(c->nonce_c, TF_WIRE_NONCE);
 	if (!ret && auth)
 		ret = tf__transcript_new(&c->ts);
@@ -454,7 +521,7 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 		tf__wire_put_bytes(&m, c->nonce_c, TF_WIRE_NONCE);
 		tf__wire_put_u8(&m, 0);
 	}
-	put_open(&m, params, blob, blob_len, ctl, ctl_len);
+	put_open(&m, params, blob, blob_len, ctl, ctl_len, 0);
 	ret = tf__wire_finish(&m);
 	if (!ret)
 		ret = tf__conn_send(c, TF_WIRE_CH_SOCK, &m, node->timeout_ms);

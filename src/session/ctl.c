@@ -222,7 +222,7 @@ static int tcp_late_close(struct tf_conn *c)
 	if (ret <= 0)
 		return ret;
 	ret = tf__conn_open_rx(c, TF_WIRE_CH_SOCK, &c->sock_rx);
-	if (!ret && !tf__conn_late_close(c, TF_WIRE_CH_SOCK, &c->sock_rx)) {
+	if (!ret && tf__conn_aside(c, TF_WIRE_CH_SOCK, &c->sock_rx) != 1) {
 		tf_log_warn(S,
 			    "unexpected %s on the socket of a kept "
 			    "connection",
@@ -238,7 +238,7 @@ int tf__ctl_tcp_check(struct tf_conn *c)
 	uint8_t b;
 	ssize_t n;
 
-	if (c->close_due & (1u << TF_WIRE_CH_SOCK))
+	if (c->close_due[TF_WIRE_CH_SOCK])
 		return tcp_late_close(c);
 	n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (n == 0)

@@ -113,12 +113,30 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 	struct tf_sess_addrs addrs;
 	struct sockaddr_storage sa = {.ss_family = AF_UNSPEC};
 	socklen_t sl;
+	size_t grant_len =
+		(fm & TF_LISTENER_PARAM_GRANT) ? params->grant_len : 0;
+	uint32_t grant_rights = 0, grant_depth = 0;
 	struct tf_listener *l;
 	int ret = -EINVAL;
 
 	if (!node || !l_p || backlog <= 0 ||
 	    (flags & ~(TF_LISTENER_BUSY_POLL | TF_LISTENER_REUSEPORT)))
 		return -EINVAL;
+	if (grant_len) {
+		grant_rights = params->grant_rights ? params->grant_rights
+						    : TF_ACCESS_REMOTE_WRITE;
+		grant_depth = params->grant_depth ? params->grant_depth : 2;
+		if (grant_len > TF_LISTENER_MAX_GRANT_LEN ||
+		    (grant_rights & ~(uint32_t)TF_WIRE_EXPOSURE_RIGHTS) ||
+		    grant_depth > TF_LISTENER_MAX_GRANT_DEPTH) {
+			tf_log_error(S,
+				     "listener grants: length 1..%u, rights "
+				     "TF_ACCESS_REMOTE_*, depth 0..%d",
+				     TF_LISTENER_MAX_GRANT_LEN,
+				     TF_LISTENER_MAX_GRANT_DEPTH);
+			return -EINVAL;
+		}
+	}
 	ret = tf__sess_resolve(addr, port, &addrs);
 	if (ret)
 		return ret;
@@ -127,6 +145,9 @@ int tf_listener_create(tf_node_t *node, const tf_listener_params_t *params,
 		return -ENOMEM;
 	l->node = node;
 	l->busy_poll = flags & TF_LISTENER_BUSY_POLL;
+	l->grant_len = grant_len;
+	l->grant_rights = grant_rights;
+	l->grant_depth = grant_depth;
 	l->max_pending = (unsigned)node->ctx->cfg.session_max_pending;
 	l->max_pending_peer = (unsigned)node->ctx->cfg.session_max_pending_peer;
 	l->hello_ms = (int)node->ctx->cfg.session_hello_timeout_ms;
@@ -285,6 +306,14 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 	c->hs = TF_CONN_IDLE;
 	c->deadline_ns = 0;
 	tf__wire_rx_reset(&c->rx);
+	/* The grants its next sessions take (if the listener gives any). */
+	tf__listener_grant(l, c);
+	if (c->broken) {
+		if (c->sock_watched)
+			epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		tf__conn_destroy(c);
+		return;
+	}
 	/* The next OPEN comes on the control QP: its CQ's fd joins the
 	 * socket in the epoll set, armed, so that the listener fd becomes
 	 * readable when it arrives.  An OPEN that came before the arm is
@@ -534,10 +563,11 @@ out:
 /* Serve an OPEN (already opened, if sealed) on @c: the sealed OPEN of a
  * new authenticated connection, or the next session on a kept one. */
 static int server_open(struct tf_listener *l, struct tf_conn *c,
-		       const tf_session_params_t *params,
+		       const tf_session_params_t *params, struct tf_peer *pe,
 		       struct tf_session **s_p)
 {
 	struct tf_node *node = l->node;
+	struct tf_grant *g = NULL;
 	struct tf_wire_open req;
 	struct tf_session *s;
 	int ret;
@@ -566,15 +596,51 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 		c->broken = true;
 		return -TF_EQPERR;
 	}
+	if (req.grant) {
+		unsigned i;
+
+		for (i = 0; i < c->n_grants && c->grants[i].id != req.grant;
+		     i++)
+			;
+		if (i == c->n_grants) {
+			tf_log_warn(S,
+				    "handshake: OPEN takes grant %u, which "
+				    "this connection does not hold",
+				    req.grant);
+			return -TF_EWIRE;
+		}
+		g = &c->grants[i];
+		/* Counted as any exposure: past the bound the session is
+		 * refused (and the connection, with its grants, ends). */
+		if (pe) {
+			ret = tf__peers_expose(node, pe, g->info.length);
+			if (ret)
+				return ret;
+		}
+	}
 	ret = tf__sess_new(node, c, true, &s);
-	if (ret)
+	if (ret) {
+		if (g && pe)
+			tf__peers_unexpose(node, pe, g->info.length);
 		return ret;
+	}
 	s->reused = true;
 	s->qctl = c->ctl.ready;
 	STAT(node, qp_reused);
 	memcpy(s->priv, req.priv, req.priv_len);
 	s->priv_len = req.priv_len;
-	s->deferred = true;
+	if (g) {
+		/* Open already on the client's side: no ACCEPT. */
+		tf__sess_take_grant(s, g);
+		if (!pe)
+			s->exposed = 0;
+		c->n_grants--;
+		memmove(g, g + 1,
+			(size_t)(c->grants + c->n_grants - g) * sizeof(*g));
+		STAT(node, grants_taken);
+	} else {
+		s->deferred = true;
+	}
 	*s_p = s;
 	return 0;
 }
@@ -618,15 +684,16 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 		ret = tf__conn_open(c, ch);
 		/* The client's CLOSE of the session this side closed first:
 		 * the connection stays idle. */
-		if (!ret && c->hs == TF_CONN_IDLE &&
-		    tf__conn_late_close(c, ch, &c->rx)) {
+		if (!ret && c->hs == TF_CONN_IDLE)
+			ret = tf__conn_aside(c, ch, &c->rx);
+		if (ret == 1) {
 			tf__wire_rx_reset(&c->rx);
 			return 0;
 		}
 		if (!ret)
 			ret = tf__peers_session_get(l->node, &c->peer, &pe);
 		if (!ret)
-			ret = server_open(l, c, params, &s);
+			ret = server_open(l, c, params, pe, &s);
 	}
 	tf__wire_rx_reset(&c->rx);
 	if (pe && !s) {

@@ -457,5 +457,8 @@ int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
 	st->kept_refused = LD(kept_refused);
 	st->exposed_bytes = LD(peers.exposed);
 	st->sessions_served = tf__peers_sessions(node);
+	st->grants_made = LD(grants_made);
+	st->grants_taken = LD(grants_taken);
+	st->grants_dropped = LD(grants_dropped);
 	return 0;
 }

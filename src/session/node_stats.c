@@ -49,6 +49,9 @@ static const struct tf__stats_field node_fields[] = {
 	TF__STATS_FIELD(tf_node_stats_t, kept_refused),
 	TF__STATS_FIELD(tf_node_stats_t, exposed_bytes),
 	TF__STATS_FIELD(tf_node_stats_t, sessions_served),
+	TF__STATS_FIELD(tf_node_stats_t, grants_made),
+	TF__STATS_FIELD(tf_node_stats_t, grants_taken),
+	TF__STATS_FIELD(tf_node_stats_t, grants_dropped),
 };
 
 static const struct tf__stats_field pool_fields[] = {

@@ -161,8 +161,13 @@ void tf__sess_ctrl_step(struct tf_session *s)
 			tf__sess_set_broken(s, ret);
 			return;
 		}
-		if (tf__conn_late_close(c, tf__sess_channel(s), &c->rx)) {
+		ret = tf__conn_aside(c, tf__sess_channel(s), &c->rx);
+		if (ret) {
 			tf__wire_rx_reset(&c->rx);
+			if (ret < 0) {
+				tf__sess_set_broken(s, ret);
+				return;
+			}
 			continue;
 		}
 		if (c->rx.h.op == TF_WIRE_EXPOSE) {
@@ -172,6 +177,17 @@ void tf__sess_ctrl_step(struct tf_session *s)
 		} else if (c->rx.h.op == TF_WIRE_CLOSE) {
 			s->peer_closed = true;
 			ret = 0;
+		} else if (c->rx.h.op == TF_WIRE_REJECT && s->granted &&
+			   !s->server) {
+			/* The server refused the session this side opened on
+			 * a grant (its bounds, say): the session ends. */
+			struct tf_wire_reject rej;
+
+			ret = tf__wire_parse_reject(&c->rx, &rej);
+			if (!ret)
+				ret = rej.err;
+			tf_log_warn(S, "server refused the session: %s",
+				    tf_strerror(ret));
 		} else {
 			tf_log_warn(S, "unexpected control message op %u",
 				    c->rx.h.op);
@@ -249,6 +265,10 @@ int tf__sess_send_accept(struct tf_session *s)
 
 int tf_session_establish(tf_session_t *s)
 {
+	/* A granted session is open already: its exposures went as EXPOSE
+	 * messages (a server written for deferral works unchanged). */
+	if (s && s->server && s->granted)
+		return s->broken ? -ENOTCONN : 0;
 	if (!s || !s->server || !s->deferred)
 		return -EINVAL;
 	if (s->broken)
@@ -406,7 +426,7 @@ static void release_buf(struct tf_session *s, struct tf_sess_buf *b)
 
 /* ------------------------------------------------------------ exposure */
 
-static tf_mw_t *mw_get(struct tf_node *node)
+tf_mw_t *tf__mw_get(struct tf_node *node)
 {
 	tf_mw_t *mw = NULL;
 
@@ -421,7 +441,7 @@ static tf_mw_t *mw_get(struct tf_node *node)
 
 /* Keep an invalidated window for the next bind (a bind gives it a new
  * key), or free it if enough are kept. */
-static void mw_put(struct tf_node *node, tf_mw_t *mw)
+void tf__mw_put(struct tf_node *node, tf_mw_t *mw)
 {
 	pthread_mutex_lock(&node->lock);
 	if (node->n_mw_free < TF_SESS_MW_FREE_MAX) {
@@ -484,7 +504,7 @@ int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 				       .access = rights},
 		};
 
-		e->mw = mw_get(node);
+		e->mw = tf__mw_get(node);
 		if (!e->mw) {
 			unexpose(s, len);
 			return -ENOMEM;
@@ -492,7 +512,7 @@ int tf_session_expose(tf_session_t *s, int buf, size_t off, size_t len,
 		wr.wr.bind_mw.mw = e->mw;
 		ret = tf_post_send(s->c->qp, &wr, NULL);
 		if (ret) {
-			mw_put(node, e->mw);
+			tf__mw_put(node, e->mw);
 			unexpose(s, len);
 			return ret;
 		}
@@ -609,6 +629,35 @@ int tf_session_reused(const tf_session_t *s)
 	return s && s->reused;
 }
 
+int tf_session_granted(const tf_session_t *s)
+{
+	return s && s->granted;
+}
+
+void tf__sess_take_grant(struct tf_session *s, struct tf_grant *g)
+{
+	struct tf_sess_buf *b = &s->bufs[0];
+	struct tf_sess_exp *e = &s->exps[0];
+
+	memset(b, 0, sizeof(*b));
+	b->slice = g->slice;
+	b->addr = g->slice.addr;
+	b->len = g->info.length;
+	b->lkey = g->slice.lkey;
+	b->mr = g->slice.mr;
+	b->mode = TF_REG_POOL;
+	b->rented = true;
+	memset(e, 0, sizeof(*e));
+	e->info = g->info;
+	e->mw = g->mw;
+	e->live = true;
+	s->n_bufs = 1;
+	s->n_exps = s->n_exps_sent = 1;
+	s->exposed = g->info.length;
+	s->granted = true;
+	g->mw = NULL;
+}
+
 tf_qp_t *tf_session_qp(tf_session_t *s)
 {
 	return s ? s->c->qp : NULL;
@@ -659,7 +708,7 @@ int tf_session_revoke(tf_session_t *s)
 			 * never reused. */
 			if (qp_ok && !e->pending &&
 			    e->status == TF_WC_SUCCESS) {
-				mw_put(node, e->mw);
+				tf__mw_put(node, e->mw);
 			} else {
 				tf_mw_dealloc(e->mw);
 				tf__sess_set_broken(s, -TF_EQPERR);
@@ -763,7 +812,7 @@ void tf_session_close(tf_session_t *s)
 	/* The peer's CLOSE of this session is still due: whoever reads the
 	 * connection next consumes it. */
 	if (keep && !s->peer_closed)
-		c->close_due |= 1u << tf__sess_channel(s);
+		c->close_due[tf__sess_channel(s)]++;
 	atomic_fetch_sub(&node->n_sessions, 1);
 	/* Revoked above: only the session itself is still counted. */
 	if (s->pe)

@@ -75,6 +75,16 @@ struct tf_ctl {
 	unsigned bl_head, n_backlog;
 };
 
+/* A grant: a window over a fresh slice, bound to its connection's QP
+ * before any session asked (server), or the key of one (client: only
+ * id and info). */
+struct tf_grant {
+	uint32_t id;
+	tf_exposure_info_t info;
+	tf_mw_t *mw;
+	tf_slice_t slice;
+};
+
 /* Server-side handshake states of a connection. */
 enum tf_conn_hs {
 	TF_CONN_WAIT_HELLO = 0, /* new socket, nothing received */
@@ -115,11 +125,12 @@ struct tf_conn {
 	struct tf_wire_rx rx;
 	/* One-way close: this side closed a session before the peer's
 	 * CLOSE came.  That CLOSE is still due on the channel whose bit is
-	 * set (1 << TF_WIRE_CH_*; the first session's on the socket and a
-	 * later one's on the control QP may both be due) and is consumed
+	 * counted (the first session's on the socket and later ones' on the
+	 * control QP may all be due: a client on grants runs ahead of the
+	 * server's closes) and is consumed
 	 * wherever the connection reads that channel next; on the socket,
 	 * while the control QP carries the sessions, into sock_rx. */
-	unsigned close_due;
+	unsigned close_due[TF_WIRE_CHANNELS]; /* a count per channel */
 	struct tf_wire_rx sock_rx;
 	struct tf_ctl ctl;
 	/* The memory of this connection's last session, for the next. */
@@ -131,6 +142,13 @@ struct tf_conn {
 	bool heard; /* listener: bytes wait in its socket (make_room) */
 	/* Server: counted as kept by its peer's entry (peers.c). */
 	struct tf_peer *kept_pe;
+	bool client; /* made by tf_session_connect */
+	/* Grants (listener.c): the server's windows sent ahead, or the
+	 * client's keys received, oldest first. */
+	struct tf_grant grants[TF_WIRE_MAX_GRANTS];
+	unsigned n_grants;
+	uint32_t last_grant; /* server: the last id given (ids count up) */
+	uint64_t kept_ns;    /* client: when it went back to the cache */
 	/* tf_session_fd: an epoll set of the data CQ's fd, the socket and,
 	 * once a session uses it, the control CQ's fd; made at first use,
 	 * kept with the connection (-1: not made yet). */
@@ -216,6 +234,7 @@ struct tf_node {
 	struct tf_peers peers;
 	atomic_ullong sessions_refused, sessions_refused_peer;
 	atomic_ullong expose_refused, kept_refused;
+	atomic_ullong grants_made, grants_taken, grants_dropped;
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;
 };
@@ -234,6 +253,10 @@ struct tf_listener {
 	struct tf_conn conns;  /* list head: handshaking and idle */
 	unsigned n_idle, n_pending;
 	unsigned max_pending, max_pending_peer; /* TOLLFREE_SESSION_* */
+	/* tf_listener_params_t's grants (grant_len 0: none). */
+	size_t grant_len;
+	uint32_t grant_rights;
+	unsigned grant_depth;
 	int hello_ms;
 	/* The context serves peers' one-sided operations only when this
 	 * side makes progress, and has no fd that says when (listener.c,
@@ -279,7 +302,8 @@ struct tf_session {
 	bool revoked;
 	bool peer_closed;
 	bool broken;
-	bool opened; /* counted in sessions_opened (handshake completed) */
+	bool opened;  /* counted in sessions_opened (handshake completed) */
+	bool granted; /* opened on a grant: exposure 0 is the grant */
 	/* Control messages go over the connection's control QP (a session
 	 * on a kept connection whose control QP is ready), else TCP. */
 	bool qctl;
@@ -391,11 +415,16 @@ int tf__conn_send(struct tf_conn *c, unsigned ch, struct tf_wire_msg *m,
 int tf__conn_open(struct tf_conn *c, unsigned ch);
 /* As tf__conn_open for a message in @rx. */
 int tf__conn_open_rx(struct tf_conn *c, unsigned ch, struct tf_wire_rx *rx);
-/* Whether the opened message in @rx, from channel @ch, is the previous
- * session's CLOSE that a one-way close left due: then it is consumed
- * (true) and the caller reads on. */
-bool tf__conn_late_close(struct tf_conn *c, unsigned ch,
-			 const struct tf_wire_rx *rx);
+/* Whether the opened message in @rx, from channel @ch, belongs to the
+ * connection rather than to the session reading: a previous session's
+ * CLOSE that a one-way close left due, or (client, control QP) a GRANT,
+ * which is kept for a later session.  1: consumed, the caller reads on;
+ * 0: the session's; -TF_EWIRE: a malformed GRANT, or more than
+ * TF_WIRE_MAX_GRANTS (the connection fails). */
+int tf__conn_aside(struct tf_conn *c, unsigned ch, const struct tf_wire_rx *rx);
+/* Revoke and free the grants the connection still holds (server: each
+ * window freed, which revokes it, then its slice returned). */
+void tf__conn_grants_drop(struct tf_conn *c);
 /* Make a QP and its CQ for @c (no stock); tf__conn_new_qp takes them from
  * the stock when it can. */
 int tf__conn_make_qp(struct tf_node *node, struct tf_conn *c,
@@ -421,6 +450,17 @@ int tf__sess_send_accept(struct tf_session *s);
 int tf__sess_add_exposures(struct tf_session *s,
 			   const struct tf_wire_exposures *x);
 void tf__listener_keep(struct tf_listener *l, struct tf_conn *c);
+/* A window from the node's free list (or a new one), or NULL; and back
+ * to it once invalidated (freed if the list is full). */
+tf_mw_t *tf__mw_get(struct tf_node *node);
+void tf__mw_put(struct tf_node *node, tf_mw_t *mw);
+/* grant.c: a listener's kept connection @c holds grant_depth grants (it
+ * makes and sends the ones lacking); a failure that breaks the
+ * connection marks it broken. */
+void tf__listener_grant(struct tf_listener *l, struct tf_conn *c);
+/* Server: move grant @g of @c (taken by an OPEN) into the new session
+ * @s as its buffer 0 and exposure 0 (session.c). */
+void tf__sess_take_grant(struct tf_session *s, struct tf_grant *g);
 void tf__listener_put(struct tf_listener *l);
 void tf__node_keep(struct tf_node *node, struct tf_conn *c);
 /* Send @m on the session's control channel (QP or socket), sealed on an

@@ -362,7 +362,7 @@ static const char *const op_names[] = {
 	[TF_WIRE_HELLO] = "HELLO",   [TF_WIRE_CHALLENGE] = "CHALLENGE",
 	[TF_WIRE_OPEN] = "OPEN",     [TF_WIRE_ACCEPT] = "ACCEPT",
 	[TF_WIRE_REJECT] = "REJECT", [TF_WIRE_EXPOSE] = "EXPOSE",
-	[TF_WIRE_CLOSE] = "CLOSE",
+	[TF_WIRE_CLOSE] = "CLOSE",   [TF_WIRE_GRANT] = "GRANT",
 };
 
 const char *tf__wire_op_name(unsigned op)
@@ -389,6 +389,7 @@ static int get_open(struct tf_wire_cur *cur, uint32_t reuse,
 {
 	const uint8_t *blob, *priv, *ctl;
 	uint16_t blob_len, priv_len, ctl_len;
+	uint32_t grant;
 
 	blob_len = tf__wire_get_u16(cur);
 	blob = tf__wire_get_bytes(cur, blob_len);
@@ -396,16 +397,20 @@ static int get_open(struct tf_wire_cur *cur, uint32_t reuse,
 	priv = tf__wire_get_bytes(cur, priv_len);
 	ctl_len = tf__wire_get_u16(cur);
 	ctl = tf__wire_get_bytes(cur, ctl_len);
+	grant = tf__wire_get_u32(cur);
+	/* A grant is taken on a kept connection only. */
 	if (cur->bad || blob_len > TF_QP_ADDR_MAX ||
 	    priv_len > TF_WIRE_MAX_PRIV || ctl_len > TF_QP_ADDR_MAX ||
-	    (!reuse && !blob_len) || (reuse && (blob_len || ctl_len))) {
+	    (!reuse && (!blob_len || grant)) ||
+	    (reuse && (blob_len || ctl_len))) {
 		tf_log_warn("session",
 			    "handshake: malformed %s (%u bytes, connection "
-			    "%u, blob %u, control blob %u)",
+			    "%u, blob %u, control blob %u, grant %u)",
 			    op_names[rx->h.op], rx->h.size, reuse, blob_len,
-			    ctl_len);
+			    ctl_len, grant);
 		return -TF_EWIRE;
 	}
+	m->grant = grant;
 	m->reuse_id = reuse;
 	m->blob = blob;
 	m->blob_len = blob_len;
@@ -488,6 +493,20 @@ static void get_exposure(struct tf_wire_cur *cur, tf_exposure_info_t *e)
 	e->rights = tf__wire_get_u32(cur);
 }
 
+/* Whether @e is an exposure a peer may describe: a non-empty range that
+ * does not wrap, with a non-empty subset of the remote rights. */
+static bool exposure_ok(const tf_exposure_info_t *e)
+{
+	if (!e->length || e->addr + e->length < e->addr || !e->rights ||
+	    (e->rights & ~(uint32_t)TF_WIRE_EXPOSURE_RIGHTS)) {
+		tf_log_warn("session",
+			    "peer sent a bad exposure (len %llu, rights 0x%x)",
+			    (unsigned long long)e->length, e->rights);
+		return false;
+	}
+	return true;
+}
+
 /* The exposure list that ends the body at @cur. */
 static int get_exposures(struct tf_wire_cur *cur, struct tf_wire_exposures *x)
 {
@@ -509,14 +528,8 @@ static int get_exposures(struct tf_wire_cur *cur, struct tf_wire_exposures *x)
 		tf_exposure_info_t e;
 
 		get_exposure(&check, &e);
-		if (!e.length || e.addr + e.length < e.addr || !e.rights ||
-		    (e.rights & ~(uint32_t)TF_WIRE_EXPOSURE_RIGHTS)) {
-			tf_log_warn("session",
-				    "peer sent a bad exposure (len %llu, "
-				    "rights 0x%x)",
-				    (unsigned long long)e.length, e.rights);
+		if (!exposure_ok(&e))
 			return -TF_EWIRE;
-		}
 	}
 	for (unsigned i = 0; i < n; i++)
 		get_exposure(cur, &x->e[i]);
@@ -625,4 +638,37 @@ int tf__wire_parse_expose(const struct tf_wire_rx *rx,
 	if (!parse_start(rx, TF_WIRE_EXPOSE, &cur))
 		return -TF_EWIRE;
 	return get_exposures(&cur, m);
+}
+
+void tf__wire_put_grant(struct tf_wire_msg *m, uint32_t grant,
+			const tf_exposure_info_t *e)
+{
+	tf__wire_init(m, TF_WIRE_GRANT);
+	tf__wire_put_u32(m, grant);
+	tf__wire_put_u64(m, e->addr);
+	tf__wire_put_u64(m, e->length);
+	tf__wire_put_u32(m, e->rkey);
+	tf__wire_put_u32(m, e->rights);
+}
+
+int tf__wire_parse_grant(const struct tf_wire_rx *rx, struct tf_wire_grant *m)
+{
+	struct tf_wire_cur cur;
+	tf_exposure_info_t e;
+	uint32_t grant;
+
+	if (!parse_start(rx, TF_WIRE_GRANT, &cur))
+		return -TF_EWIRE;
+	grant = tf__wire_get_u32(&cur);
+	get_exposure(&cur, &e);
+	if (cur.bad || cur.left || !grant) {
+		tf_log_warn("session", "peer sent a malformed GRANT (%u bytes)",
+			    rx->h.size);
+		return -TF_EWIRE;
+	}
+	if (!exposure_ok(&e))
+		return -TF_EWIRE;
+	m->grant = grant;
+	m->e = e;
+	return 0;
 }

@@ -29,7 +29,8 @@
  * connect (client C, server S):
  *   C->S HELLO      nonce_c[32], u8 flags = 0, then what OPEN carries:
  *                   u16 blob_len, blob (the client's QP), u16 priv_len,
- *                   priv, u16 ctl_len, ctl_blob (its control QP, or 0)
+ *                   priv, u16 ctl_len, ctl_blob (its control QP, or 0),
+ *                   u32 grant = 0
  *   S->C ACCEPT     u32 conn_id, u16 blob_len, blob, u16 ctl_len,
  *                   ctl_blob (0: none), u16 n, n * exposure
  *     or REJECT     i32 error (a TF_E* or errno value, positive); for
@@ -50,7 +51,8 @@
  *   C->S HELLO      nonce_c[32], u8 flags = TF_WIRE_HELLO_AUTH
  *   S->C CHALLENGE  nonce_s[32], mac_s[32]
  *   C->S OPEN       sealed: u32 reuse_id = 0, u16 blob_len, blob,
- *                   u16 priv_len, priv, u16 ctl_len, ctl_blob
+ *                   u16 priv_len, priv, u16 ctl_len, ctl_blob,
+ *                   u32 grant = 0
  *   S->C ACCEPT     sealed, as above (or REJECT, sealed)
  * Keys are derived from the key and both nonces (seal.c).  mac_s =
  * HMAC-SHA256(fin_s, SHA-256(HELLO | CHALLENGE up to mac_s)) proves the
@@ -67,6 +69,22 @@
  * reuse_id = the connection's id and no blobs, answered by ACCEPT without
  * blobs.  On an authenticated connection all of these are sealed, on the
  * channel they travel on (socket 0, control QP 1), each numbered.
+ *
+ * Grants (version 4), on a kept connection with a control QP, from a
+ * listener that offers them (tf_listener_params_t.grant_len):
+ *   S->C GRANT      u32 grant (non-zero, unique on the connection), then
+ *                   one exposure: a window over a fresh slice, bound to
+ *                   the connection's QP, for the next session
+ *   C->S OPEN       reuse_id, no blobs, priv, grant = the grant it takes
+ * An OPEN that takes a grant is not answered: the session is open on
+ * both sides as the OPEN leaves, and the grant is the server's exposure 0
+ * (the client writes into it at once).  A server that refuses it sends
+ * REJECT and ends the connection (its windows end with it).  The server
+ * sends a GRANT when a session on the connection ended and the
+ * connection is kept, until the client holds grant_depth of them; a
+ * client holds at most TF_WIRE_MAX_GRANTS and takes the oldest first.
+ * The server's ACCEPT, CLOSE, EXPOSE and GRANT messages share the control
+ * QP's order, so a client reads GRANTs wherever it reads that channel.
  *
  * Channels: the first session of a connection sends all its messages on
  * the TCP socket.  If both sides exchanged control QP blobs (and both
@@ -88,9 +106,9 @@
 #define TF_WIRE_MAGIC 0x54465353u /* "TFSS" */
 /* 2: ACCEPT carries the server's control QP (and OPEN may carry the
  * client's).  3: one round trip without a key (HELLO carries the OPEN),
- * sealed messages with one.  A peer of another version gets -TF_EVERSION,
- * not a misparse. */
-#define TF_WIRE_VERSION	 3
+ * sealed messages with one.  4: grants (GRANT, and OPEN's grant field).
+ * A peer of another version gets -TF_EVERSION, not a misparse. */
+#define TF_WIRE_VERSION	 4
 #define TF_WIRE_HDR_SIZE 16
 /* Bounds on what a peer may send; every one is checked. */
 #define TF_WIRE_MAX_BODY 4096
@@ -107,6 +125,9 @@
 #define TF_WIRE_MAX_PRIV      1024
 #define TF_WIRE_MAX_EXPOSE    64
 #define TF_WIRE_EXPOSURE_SIZE 24 /* u64 addr, u64 len, u32 rkey, u32 rights */
+/* Grants a client holds on one connection, at most (a listener's
+ * grant_depth is bounded by it). */
+#define TF_WIRE_MAX_GRANTS 8
 
 enum tf_wire_op {
 	TF_WIRE_HELLO = 1,
@@ -116,7 +137,8 @@ enum tf_wire_op {
 	TF_WIRE_REJECT = 5,
 	TF_WIRE_EXPOSE = 6,
 	TF_WIRE_CLOSE = 7,
-	TF_WIRE_OP_MAX = 7,
+	TF_WIRE_GRANT = 8,
+	TF_WIRE_OP_MAX = 8,
 };
 
 enum tf_wire_flags {
@@ -291,6 +313,7 @@ struct tf_wire_open {
 	/* The client's control QP: ctl_len <= TF_QP_ADDR_MAX, 0 if absent */
 	const uint8_t *ctl;
 	uint16_t blob_len, priv_len, ctl_len;
+	uint32_t grant; /* the grant a kept connection's session takes, 0 */
 };
 
 struct tf_wire_hello {
@@ -344,5 +367,15 @@ int tf__wire_parse_reject(const struct tf_wire_rx *rx,
 			  struct tf_wire_reject *m);
 int tf__wire_parse_expose(const struct tf_wire_rx *rx,
 			  struct tf_wire_exposures *m);
+
+/* A GRANT: a non-zero id and one valid exposure, which end the body. */
+struct tf_wire_grant {
+	uint32_t grant;
+	tf_exposure_info_t e;
+};
+
+void tf__wire_put_grant(struct tf_wire_msg *m, uint32_t grant,
+			const tf_exposure_info_t *e);
+int tf__wire_parse_grant(const struct tf_wire_rx *rx, struct tf_wire_grant *m);
 
 #endif /* TOLLFREE_WIRE_INT_H */

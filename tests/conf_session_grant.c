@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * conf_session_grant: a listener that grants windows ahead
+ * (tf_listener_params_t.grant_len), through the public API, without and
+ * then with a pre-shared key (the GRANTs then travel sealed).
+ *
+ * Round 0 makes the connection; no grant exists yet, and the session
+ * goes as usual (OPEN, ACCEPT).  Its close on the server keeps the
+ * connection and sends GRANT_DEPTH grants.  Rounds 1..N then open on a
+ * grant, without a round trip, if it has arrived: on soft shm always (a
+ * SEND is in the peer's queue when its post returns); elsewhere a round
+ * may find it still in flight and go as round 0 did.  A granted round:
+ * - both sides say so (tf_session_granted), the client knows the peer's
+ *   exposure 0 as soon as its connect returns, with the grant's length
+ *   and rights, and every round's key differs;
+ * - the window is fresh: the client READs it whole and finds zeros, though
+ *   the pool slice beneath served the round before (its pattern was
+ *   written there);
+ * - what the client WRITEs is in the server's buffer 0 at its close.
+ * At least one round must be granted.  Round N + 1 WRITEs with the key
+ * of the last granted round, which the server revoked at its close: the
+ * access fails with a remote access error and the session breaks, on both
+ * sides.  The connection then ends; the grants it still held are revoked
+ * with it: on the server no window, no slice and no exposed byte is left,
+ * and the counters add up (every grant made was taken or dropped; both
+ * sides count the granted rounds).  Without memory windows (siw) a
+ * listener makes no grant, and the test says so and skips.
+ */
+#include <string.h>
+
+#include "session_util.h"
+
+#define LEN	    4096
+#define N	    4
+#define GRANT_DEPTH 2
+#define RIGHTS	    (TF_ACCESS_REMOTE_READ | TF_ACCESS_REMOTE_WRITE)
+#define PSK	    "conf_session_grant key"
+
+static tf_node_stats_t stats(tf_node_t *node)
+{
+	tf_node_stats_t st;
+
+	CHECK_OK(tf_node_query_stats(node, &st));
+	return st;
+}
+
+static tf_node_t *make_node(struct tf_pair *p, bool psk)
+{
+	tf_node_params_t np = {.field_mask = TF_NODE_PARAM_USE_MW, .use_mw = 1};
+	tf_node_t *node;
+
+	if (psk) {
+		np.field_mask |= TF_NODE_PARAM_PSK;
+		np.psk = PSK;
+		np.psk_len = sizeof(PSK) - 1;
+	}
+	CHECK_OK(tf_node_create(p->ctx, &np, &node));
+	st_stock_settle(node);
+	return node;
+}
+
+static void server(struct tf_pair *p, tf_node_t *node)
+{
+	tf_listener_params_t lp = {.field_mask = TF_LISTENER_PARAM_GRANT,
+				   .grant_len = LEN,
+				   .grant_rights = RIGHTS,
+				   .grant_depth = GRANT_DEPTH};
+	tf_listener_t *l;
+	tf_session_t *s;
+	tf_node_stats_t st;
+	unsigned granted = 0;
+	uint64_t end;
+	uint8_t *m;
+	int b, x;
+
+	if (tf_test_peer_mode()) {
+		lp.field_mask |= TF_LISTENER_PARAM_ADDR;
+		lp.addr = "0.0.0.0";
+	}
+	CHECK_OK(tf_listener_create(node, &lp, &l));
+	tf_test_send_u64(p, tf_listener_port(l));
+	for (int r = 0; r <= N; r++) {
+		s = st_accept(l, TF_SESSION_DEFER_ESTABLISH);
+		tf_test_send_u64(p, (uint64_t)tf_session_granted(s));
+		if (tf_session_granted(s)) {
+			CHECKF(r > 0, "round 0 granted");
+			granted++;
+			m = tf_session_buf_addr(s, 0);
+			CHECK(m != NULL);
+		} else {
+			CHECK_OK(tf_session_rent(s, LEN, &b, (void **)&m));
+			memset(m, 0, LEN);
+			CHECK_OK(tf_session_expose(s, b, 0, LEN, RIGHTS, &x));
+		}
+		/* A server written for deferral works either way. */
+		CHECK_OK(tf_session_establish(s));
+		CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
+		CHECK_FILL(m, LEN, (uint32_t)r);
+		tf_session_close(s);
+		if (r == 0) {
+			st = stats(node);
+			CHECKF(st.grants_made == GRANT_DEPTH,
+			       "%llu grants made after round 0",
+			       (unsigned long long)st.grants_made);
+		}
+		tf_test_sync(p);
+	}
+	/* Round N + 1: the client's access with an old key breaks it. */
+	s = st_accept(l, 0);
+	granted += tf_session_granted(s);
+	/* Accepted: a QP broken before that ends the connection, not the
+	 * session (the OPEN is not served). */
+	tf_test_send_u64(p, 1);
+	CHECK(st_serve(s) == TF_SESSION_BROKEN);
+	tf_session_close(s);
+	end = (uint64_t)st_now_ms() + 4ull * tf_test_timeout_ms();
+	do {
+		CHECK(tf_listener_accept(l, NULL, 1, &s) == -EAGAIN);
+		st = stats(node);
+	} while (st.qp_destroyed < st.qp_new && (uint64_t)st_now_ms() < end);
+	CHECKF(st.windows_live == 0 && st.slices_rented == 0 &&
+		       st.exposed_bytes == 0,
+	       "after the connection: %llu windows, %llu slices, %llu bytes "
+	       "exposed",
+	       (unsigned long long)st.windows_live,
+	       (unsigned long long)st.slices_rented,
+	       (unsigned long long)st.exposed_bytes);
+	/* Each grant made was taken by a round or dropped with the
+	 * connection; the client counted the same rounds. */
+	CHECKF(st.grants_taken == granted &&
+		       st.grants_made == st.grants_taken + st.grants_dropped &&
+		       st.grants_dropped >= 1,
+	       "grants: %llu made, %llu taken (%u rounds), %llu dropped",
+	       (unsigned long long)st.grants_made,
+	       (unsigned long long)st.grants_taken, granted,
+	       (unsigned long long)st.grants_dropped);
+	CHECK(tf_test_recv_u64(p) == granted);
+	tf_listener_destroy(l);
+}
+
+static void client(struct tf_pair *p, tf_node_t *node, uint16_t port)
+{
+	tf_exposure_info_t info, prev = {0};
+	struct tf_sge sge;
+	struct tf_send_wr wr = {.wr_id = 7,
+				.opcode = TF_WR_RDMA_WRITE,
+				.send_flags = TF_SEND_SIGNALED,
+				.sg_list = &sge,
+				.num_sge = 1};
+	uint32_t keys[N + 1];
+	unsigned granted = 0;
+	tf_session_t *s;
+	tf_node_stats_t st;
+	tf_caps_t caps;
+	uint8_t *m;
+	tf_mr_t *lmr;
+	int b;
+
+	CHECK_OK(tf_context_query_caps(p->ctx, &caps));
+	for (int r = 0; r <= N; r++) {
+		int g;
+
+		CHECK_OK(tf_session_connect(node, st_host(), port, NULL, &s));
+		g = tf_session_granted(s);
+		CHECK(tf_test_recv_u64(p) == (uint64_t)g);
+		if (r ? !g && !strcmp(caps.transport, "shm") : g)
+			st_print_conn_stats(node);
+		CHECKF(r ? g || strcmp(caps.transport, "shm") : !g,
+		       "round %d: granted %d (transport %s)", r, g,
+		       caps.transport);
+		CHECK(tf_session_reused(s) == (r > 0));
+		/* Granted: known at once, no wait for the server. */
+		if (g)
+			CHECK(tf_session_peer_count(s) >= 1);
+		else
+			CHECK_OK(tf_session_wait_peer(
+				s, 1, 4 * tf_test_timeout_ms()));
+		granted += (unsigned)g;
+		CHECK_OK(tf_session_peer_exposure(s, 0, &info));
+		CHECKF(info.length == LEN && info.rights == RIGHTS,
+		       "round %d: grant of %llu bytes, rights 0x%x", r,
+		       (unsigned long long)info.length, info.rights);
+		keys[r] = info.rkey;
+		for (int q = 0; q < r; q++)
+			CHECKF(keys[q] != keys[r], "rounds %d and %d: key 0x%x",
+			       q, r, keys[r]);
+		CHECK_OK(tf_session_rent(s, LEN, &b, (void **)&m));
+		memset(m, 0xee, LEN);
+		CHECK_OK(tf_session_read(s, b, 0, 0, 0, LEN, 1));
+		st_expect(s, 1, TF_WC_SUCCESS, NULL);
+		CHECKF(m[0] == 0 && !memcmp(m, m + 1, LEN - 1),
+		       "round %d: the granted window is not zeroed", r);
+		tf_test_fill(m, LEN, (uint32_t)r);
+		CHECK_OK(tf_session_write(s, b, 0, 0, 0, LEN, 2));
+		st_expect(s, 2, TF_WC_SUCCESS, NULL);
+		if (g)
+			prev = info;
+		tf_session_close(s);
+		tf_test_sync(p);
+	}
+	tf_test_info("%u of rounds 1..%d granted", granted, N);
+	CHECKF(granted > 0, "no round of %d was granted", N);
+	/* Round N + 1: the key of the last granted round, revoked. */
+	CHECK_OK(tf_session_connect(node, st_host(), port, NULL, &s));
+	granted += (unsigned)tf_session_granted(s);
+	CHECK_OK(tf_session_peer_exposure(s, 0, &info));
+	CHECK(info.rkey != prev.rkey);
+	CHECK(tf_test_recv_u64(p) == 1);
+	CHECK_OK(tf_session_rent(s, LEN, &b, (void **)&m));
+	CHECK_OK(tf_mr_reg(tf_node_pd(node), m, LEN, TF_ACCESS_LOCAL_WRITE,
+			   &lmr));
+	sge = (struct tf_sge){
+		.addr = (uintptr_t)m, .length = 64, .lkey = tf_mr_lkey(lmr)};
+	wr.wr.rdma.remote_addr = prev.addr;
+	wr.wr.rdma.rkey = prev.rkey;
+	CHECK_OK(tf_post_send(tf_session_qp(s), &wr, NULL));
+	st_expect(s, 7, TF_WC_REM_ACCESS_ERR, NULL);
+	CHECK(tf_session_state(s) == TF_SESSION_BROKEN);
+	tf_session_close(s);
+	CHECK_OK(tf_mr_dereg(lmr));
+	st = stats(node);
+	CHECKF(st.grants_taken == granted, "client: %llu grants taken of %u",
+	       (unsigned long long)st.grants_taken, granted);
+	tf_test_send_u64(p, granted);
+}
+
+int main(void)
+{
+	struct tf_pair p;
+
+	tf_test_begin("conf_session_grant");
+	tf_test_pair_open(&p);
+	for (int pass = 0; pass < 2; pass++) {
+		tf_node_t *node = make_node(&p, pass == 1);
+
+		if (!stats(node).use_mw)
+			tf_test_skip("no memory windows: a listener makes no "
+				     "grant without them");
+		tf_test_info("pass %d: %s", pass,
+			     pass ? "pre-shared key" : "no key");
+		/* Round N + 1 breaks a QP on purpose. */
+		tf_test_tolerate_log(true);
+		if (p.side == TF_SIDE_B)
+			server(&p, node);
+		else
+			client(&p, node, (uint16_t)tf_test_recv_u64(&p));
+		tf_test_sync(&p);
+		tf_node_destroy(node);
+		tf_test_tolerate_log(false);
+	}
+	return tf_test_pair_end(&p);
+}

@@ -22,7 +22,11 @@
  *   new      a new connection (TCP + QP) per session;
  *   reuse    the node's cache of kept connections;
  *   new+psk  new, with a pre-shared key on both nodes: every handshake
- *            proves the key in both directions (HMAC-SHA256).
+ *            proves the key in both directions (HMAC-SHA256);
+ *   grant    reuse, with a listener that grants each kept connection's
+ *            next windows ahead (tf_listener_params_t.grant_len): the
+ *            session writes into the granted window without waiting for
+ *            the server (write only: a fetch must ask first).
  *
  * Each step from direct to pool+mw changes one thing.  References: "warm"
  * (the K transfers on a session already open, memory already exposed: the
@@ -58,8 +62,8 @@
 
 /* ------------------------------------------------------------ modes */
 
-const char *const reg_names[R_COUNT] = {"direct", "cache", "pool", "pool+mw",
-					"pool+mw+psk"};
+const char *const reg_names[R_COUNT] = {
+	"direct", "cache", "pool", "pool+mw", "pool+mw+psk", "pool+mw+grant"};
 
 /* Sized by the initializer: a count that differs from NMODES (bench_crr.h)
  * conflicts with its declaration there and does not compile. */
@@ -73,6 +77,7 @@ const struct crr_mode crr_modes[] = {
 	{"pool+mw/new", K_SESSION, R_POOLMW, false},
 	{"pool+mw/new+psk", K_SESSION, R_POOLMW_PSK, false},
 	{"pool+mw/reuse", K_SESSION, R_POOLMW, true},
+	{"pool+mw/grant", K_SESSION, R_POOLMW_GRANT, true},
 	{"warm", K_WARM, R_POOLMW, true},
 	{"tcp-crr", K_TCP_CRR, 0, false, false},
 	{"tcp-crr-spin", K_TCP_CRR, 0, false, true},
@@ -134,7 +139,8 @@ int node_for(tf_context_t *ctx, int reg, uint64_t size, tf_node_t **n)
 		.reg_mode = reg == R_DIRECT  ? TF_REG_DIRECT
 			    : reg == R_CACHE ? TF_REG_CACHE
 					     : TF_REG_POOL,
-		.use_mw = reg == R_POOLMW || reg == R_POOLMW_PSK,
+		.use_mw = reg == R_POOLMW || reg == R_POOLMW_PSK ||
+			  reg == R_POOLMW_GRANT,
 		/* Irrelevant with an explicit mode; set so that the node
 		 * does not spend time measuring it. */
 		.crossover = size,
@@ -309,6 +315,12 @@ static int crr_parse(int argc, char **argv, struct crr_opts *o)
 	}
 	if (!o->warmup_set)
 		o->warmup = o->sessions / 10 < 20 ? o->sessions / 10 : 20;
+	/* A grant is a window the client writes into at once: a fetch or
+	 * a SEND has nothing to do with it. */
+	for (unsigned i = 0; i < NMODES; i++)
+		if (crr_modes[i].reg == R_POOLMW_GRANT &&
+		    (o->op != OP_WRITE || o->size > TF_LISTENER_MAX_GRANT_LEN))
+			o->modes &= ~(1u << i);
 	return 0;
 }
 

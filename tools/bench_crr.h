@@ -22,7 +22,8 @@ enum crr_reg {
 	R_CACHE,
 	R_POOL,
 	R_POOLMW,
-	R_POOLMW_PSK, /* pool+mw with a pre-shared key on both nodes */
+	R_POOLMW_PSK,	/* pool+mw with a pre-shared key on both nodes */
+	R_POOLMW_GRANT, /* pool+mw, the listener grants windows ahead */
 	R_COUNT,
 };
 
@@ -44,7 +45,7 @@ struct crr_mode {
 };
 
 /* The modes, in the order of the table (bench_crr.c). */
-#define NMODES 14
+#define NMODES 15
 extern const struct crr_mode crr_modes[NMODES];
 
 enum crr_op {
@@ -83,7 +84,7 @@ struct crr_opts {
 /* The bench channel: fixed little-endian-free binary records (both ends
  * convert with htonl/ntohl), checked on receipt. */
 #define CH_MAGIC   0x74666372u /* "tfcr" */
-#define CH_VERSION 3
+#define CH_VERSION 4
 
 enum ch_type {
 	CH_HELLO = 1, /* client: op, k, size, flags */

@@ -335,6 +335,8 @@ static void print_ratios(const struct report *r, FILE *f)
 		 "median: direct/reuse over pool+mw/reuse (x faster)"},
 		{"pool+mw/reuse", "warm", false,
 		 "median: pool+mw/reuse over warm (session overhead)"},
+		{"pool+mw/grant", "warm", false,
+		 "median: pool+mw/grant over warm (with grants)"},
 		{"pool+mw/new+psk", "pool+mw/new", false,
 		 "median: pool+mw/new+psk over pool+mw/new (key proof)"},
 		/* tollfree's client busy-polls: the fair references are
@@ -574,6 +576,13 @@ int crr_client(const struct crr_opts *o, int ch, const char *host, int cpu,
 				       " connections made, %" PRIu64
 				       " reused\n",
 				       st.qp_new, st.qp_reused);
+			if (!tf_node_query_stats(c.node[R_POOLMW_GRANT], &st) &&
+			    st.qp_reused)
+				printf("pool+mw+grant node: %" PRIu64
+				       " of %" PRIu64
+				       " sessions on kept connections took a "
+				       "grant\n",
+				       st.grants_taken, st.qp_reused);
 		}
 	}
 	if (o->cm.json && report_write_json(&r, o->cm.json))

@@ -90,6 +90,12 @@ static int srv_start(struct srv *sv, int reg, struct srv_sess *a)
 					     : TF_ACCESS_REMOTE_READ;
 	int b, x, ret;
 
+	/* Opened on a grant: the client writes into buffer 0 already. */
+	if (tf_session_granted(s)) {
+		a->buf = 0;
+		a->repost = false;
+		return 0;
+	}
 	if (reg == R_DIRECT && sv->op != OP_SEND)
 		ret = tf_session_rent(s, sv->size, &b, NULL);
 	else
@@ -413,6 +419,13 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 		if (!sv.buf[r]) {
 			ret = -ENOMEM;
 			goto out;
+		}
+		lp.field_mask &= ~(uint64_t)TF_LISTENER_PARAM_GRANT;
+		if (r == R_POOLMW_GRANT && sv.op == OP_WRITE &&
+		    sv.size <= TF_LISTENER_MAX_GRANT_LEN) {
+			lp.field_mask |= TF_LISTENER_PARAM_GRANT;
+			lp.grant_len = sv.size;
+			lp.grant_rights = TF_ACCESS_REMOTE_WRITE;
 		}
 		ret = tf_listener_create(sv.node[r], &lp, &sv.l[r]);
 		if (ret) {

@@ -49,6 +49,7 @@
 const struct load_mode load_modes[] = {
 	{"pool+mw/reuse", LK_TF, true, false},
 	{"pool+mw/new", LK_TF, false, false},
+	{"pool+mw/grant", LK_TF, true, false, true},
 	{"tcp-rr", LK_TCP_RR, false, false},
 	{"tcp-crr", LK_TCP_CRR, false, false},
 	{"tcp-rr-spin", LK_TCP_RR, false, true},
@@ -59,6 +60,7 @@ const struct load_mode load_modes[] = {
 static const char *const hog_names[LOAD_NMODES] = {
 	"pool+mw/reuse+hog",
 	"pool+mw/new+hog",
+	"pool+mw/grant+hog",
 };
 
 /* The clients start a mode this long after the command, so that every
@@ -257,7 +259,7 @@ struct run {
 	unsigned ncli;
 	pid_t hog;
 	int hog_ch;
-	uint16_t port, tcp;
+	uint16_t port, grant, tcp;
 	/* Per mode, without [0] and with [1] the hog, merged: samples (ns)
 	 * of the total and each phase. */
 	double *v[2][LOAD_NMODES][LS_COUNT];
@@ -310,12 +312,13 @@ static int start_server(struct run *rn)
 	 * host: three times a peer's timeout. */
 	ret = sock_full(rn->ctl, &rep, sizeof(rep), false, 3 * CRR_TIMEOUT_MS);
 	if (ret || rep.status || !rep.port || rep.port > 65535 || !rep.tcp ||
-	    rep.tcp > 65535) {
+	    rep.tcp > 65535 || !rep.grant || rep.grant > 65535) {
 		fail("the server did not start (%s)",
 		     ret ? tf_strerror(ret) : tf_strerror(rep.status));
 		return -1;
 	}
 	rn->port = (uint16_t)rep.port;
+	rn->grant = (uint16_t)rep.grant;
 	rn->tcp = (uint16_t)rep.tcp;
 	return 0;
 }
@@ -386,7 +389,8 @@ static int start_clients(struct run *rn)
 			for (unsigned j = 0; j < rn->ncli; j++)
 				close(rn->ch[j]);
 			prog = "tollfree-bench (client)";
-			ret = load_client(rn->o, sv[1], rn->port, rn->tcp, i);
+			ret = load_client(rn->o, sv[1], rn->port, rn->grant,
+					  rn->tcp, i);
 			fflush(NULL);
 			_exit(ret ? 1 : 0);
 		}
@@ -608,6 +612,8 @@ static void print_ratios(const struct report *r, bool spin, FILE *f)
 	} q[] = {
 		{"pool+mw/reuse", "tcp-rr", false},
 		{"pool+mw/reuse", "tcp-rr-spin", true},
+		{"pool+mw/grant", "tcp-rr", false},
+		{"pool+mw/grant", "tcp-rr-spin", true},
 		{"pool+mw/new", "tcp-crr", false},
 		{"pool+mw/new", "tcp-crr-spin", true},
 	};

@@ -26,9 +26,10 @@ struct load_mode {
 	enum load_kind kind;
 	bool reuse; /* LK_TF: kept connections */
 	bool spin;  /* LK_TCP_*: non-blocking sockets, busy-polled */
+	bool grant; /* LK_TF: the listeners that grant windows ahead */
 };
 
-#define LOAD_NMODES 6
+#define LOAD_NMODES 7
 extern const struct load_mode load_modes[LOAD_NMODES];
 
 /* Bounds of the process and thread counts. */
@@ -76,10 +77,10 @@ struct load_ctl {
 };
 
 struct load_ctl_rep {
-	int32_t status; /* 0, or why the server cannot go on */
-	uint32_t port;	/* the tollfree listeners' port (first reply) */
-	uint32_t tcp;	/* the TCP listeners' port (first reply) */
-	uint32_t pad;
+	int32_t status;	 /* 0, or why the server cannot go on */
+	uint32_t port;	 /* the tollfree listeners' port (first reply) */
+	uint32_t tcp;	 /* the TCP listeners' port (first reply) */
+	uint32_t grant;	 /* the granting listeners' port (first reply) */
 	uint64_t cpu_ns; /* user + system, every thread */
 	uint64_t errors; /* sessions that failed on the server so far */
 };
@@ -116,7 +117,7 @@ struct load_res {
 int load_server(const struct load_opts *o, int ctl);
 /* Client process @idx: takes commands and answers results on @ch. */
 int load_client(const struct load_opts *o, int ch, uint16_t port,
-		uint16_t tcp_port, unsigned idx);
+		uint16_t grant_port, uint16_t tcp_port, unsigned idx);
 /* The hog process (--hog): takes the same commands on @ch; for each
  * mode it opens and holds sessions from LOAD_HOG_ADDR, and answers a
  * struct load_hog_res. */

@@ -24,7 +24,7 @@
 struct lcli {
 	const struct load_opts *o;
 	tf_node_t *node;
-	uint16_t port, tcp;
+	uint16_t port, grant, tcp;
 	unsigned idx; /* this process's index, for the open-loop offsets */
 	unsigned mode;
 	uint64_t t0, t_end;
@@ -85,8 +85,9 @@ static int thr_store(struct lthr *t, const uint64_t *ts, uint64_t start)
  * new one with TF_SESSION_NO_REUSE), attach the buffer and wait for the
  * server's exposure, K writes of SIZE bytes (to consecutive offsets of
  * the K * SIZE bytes exposed), each awaited, close. */
-static int one_tf(struct lthr *t, bool reuse, uint64_t *ts)
+static int one_tf(struct lthr *t, const struct load_mode *md, uint64_t *ts)
 {
+	bool reuse = md->reuse;
 	const struct load_opts *o = t->c->o;
 	struct crr_opts co = {.k = o->k};
 	tf_session_params_t sp =
@@ -95,7 +96,8 @@ static int one_tf(struct lthr *t, bool reuse, uint64_t *ts)
 	int b, ret;
 
 	ts[0] = now_ns();
-	ret = tf_session_connect(t->c->node, "127.0.0.1", t->c->port, &sp, &s);
+	ret = tf_session_connect(t->c->node, "127.0.0.1",
+				 md->grant ? t->c->grant : t->c->port, &sp, &s);
 	ts[1] = now_ns();
 	if (ret) {
 		thr_err(t, "connect: %s", tf_strerror(ret));
@@ -251,7 +253,7 @@ static void *thr_main(void *arg)
 				break;
 		}
 		if (md->kind == LK_TF)
-			ret = one_tf(t, md->reuse, ts);
+			ret = one_tf(t, md, ts);
 		else
 			ret = one_tcp(t, md, &rr, ts);
 		if (!ret && thr_store(t, ts, start)) {
@@ -308,9 +310,13 @@ static int run_mode(struct lcli *c, struct lthr *thr, int ch)
 }
 
 int load_client(const struct load_opts *o, int ch, uint16_t port,
-		uint16_t tcp_port, unsigned idx)
+		uint16_t grant_port, uint16_t tcp_port, unsigned idx)
 {
-	struct lcli c = {.o = o, .port = port, .tcp = tcp_port, .idx = idx};
+	struct lcli c = {.o = o,
+			 .port = port,
+			 .grant = grant_port,
+			 .tcp = tcp_port,
+			 .idx = idx};
 	tf_context_t *ctx = NULL;
 	struct lthr *thr;
 	struct load_cmd cmd;

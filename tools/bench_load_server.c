@@ -51,7 +51,7 @@ struct lsrv_tcp {
 struct lsrv_thr {
 	struct lsrv *sv;
 	pthread_t tid;
-	tf_listener_t *l;
+	tf_listener_t *l, *lg; /* lg: grants windows ahead */
 	int tcp_lfd, epfd;
 	void *buf;		       /* the exposed K * SIZE bytes */
 	uint8_t *echo;		       /* one TCP request */
@@ -124,7 +124,7 @@ static int thr_grow(struct lsrv_thr *t)
  * crr's server does: attach the buffer (a pool copy), expose K * SIZE
  * bytes for remote writes, then the deferred ACCEPT carries the key.  A
  * session that cannot be prepared is closed and counted, not fatal. */
-static void thr_accept(struct lsrv_thr *t)
+static void thr_accept_on(struct lsrv_thr *t, tf_listener_t *l)
 {
 	const struct load_opts *o = t->sv->o;
 	struct crr_opts co = {.k = o->k};
@@ -135,7 +135,7 @@ static void thr_accept(struct lsrv_thr *t)
 	int b, x, ret;
 
 	for (;;) {
-		ret = tf_listener_accept(t->l, &sp, 0, &s);
+		ret = tf_listener_accept(l, &sp, 0, &s);
 		if (ret == -EAGAIN)
 			return;
 		if (ret) {
@@ -148,11 +148,18 @@ static void thr_accept(struct lsrv_thr *t)
 			thr_failed(t);
 			continue;
 		}
-		ret = tf_session_attach(s, t->buf, len,
-					attach_flags(OP_WRITE, true), &b);
-		if (!ret)
-			ret = tf_session_expose(s, b, 0, len,
-						TF_ACCESS_REMOTE_WRITE, &x);
+		/* Opened on a grant: the client writes into its buffer 0
+		 * already, and establish has nothing to send. */
+		ret = 0;
+		if (!tf_session_granted(s)) {
+			ret = tf_session_attach(s, t->buf, len,
+						attach_flags(OP_WRITE, true),
+						&b);
+			if (!ret)
+				ret = tf_session_expose(s, b, 0, len,
+							TF_ACCESS_REMOTE_WRITE,
+							&x);
+		}
 		if (!ret)
 			ret = tf_session_establish(s);
 		if (ret) {
@@ -180,6 +187,12 @@ static void thr_accept(struct lsrv_thr *t)
 		t->sess[i].s = s;
 		t->nsess++;
 	}
+}
+
+static void thr_accept(struct lsrv_thr *t)
+{
+	thr_accept_on(t, t->l);
+	thr_accept_on(t, t->lg);
 }
 
 /* Reap session slot @i (this is also the progress that the soft tcp
@@ -459,7 +472,8 @@ static void kick(struct lsrv *sv)
 }
 
 /* Thread @i's listeners, on the ports of thread 0 (SO_REUSEPORT). */
-static int thr_setup(struct lsrv *sv, unsigned i, uint16_t *port, uint16_t *tcp)
+static int thr_setup(struct lsrv *sv, unsigned i, uint16_t *port,
+		     uint16_t *grant, uint16_t *tcp)
 {
 	const struct load_opts *o = sv->o;
 	struct lsrv_thr *t = &sv->thr[i];
@@ -495,6 +509,21 @@ static int thr_setup(struct lsrv *sv, unsigned i, uint16_t *port, uint16_t *tcp)
 		return ret;
 	}
 	*port = tf_listener_port(t->l);
+	/* pool+mw/grant's: the same, granting each kept connection's next
+	 * windows (K * SIZE bytes, writable) ahead, up to the bound. */
+	lp.port = *grant;
+	if ((size_t)o->size * o->k <= TF_LISTENER_MAX_GRANT_LEN) {
+		lp.field_mask |= TF_LISTENER_PARAM_GRANT;
+		lp.grant_len = (size_t)o->size * o->k;
+		lp.grant_rights = TF_ACCESS_REMOTE_WRITE;
+	}
+	ret = tf_listener_create(sv->node, &lp, &t->lg);
+	if (ret) {
+		fail("server: granting listener on port %u: %s", *grant,
+		     tf_strerror(ret));
+		return ret;
+	}
+	*grant = tf_listener_port(t->lg);
 	t->tcp_lfd = sock_listen_opt("127.0.0.1", *tcp, o->sthreads > 1, tcp);
 	if (t->tcp_lfd < 0)
 		return -EADDRINUSE;
@@ -503,6 +532,8 @@ static int thr_setup(struct lsrv *sv, unsigned i, uint16_t *port, uint16_t *tcp)
 		ret = epoll_add(t->epfd, sv->kick, TAG_KICK);
 	if (!ret)
 		ret = epoll_add(t->epfd, tf_listener_fd(t->l), TAG_LISTENER);
+	if (!ret)
+		ret = epoll_add(t->epfd, tf_listener_fd(t->lg), TAG_LISTENER);
 	if (!ret)
 		ret = epoll_add(t->epfd, t->tcp_lfd, TAG_TCP_LFD);
 	return ret;
@@ -520,6 +551,7 @@ static void thr_teardown(struct lsrv_thr *t)
 			close(t->tcp[i].fd);
 	free(t->tcp);
 	tf_listener_destroy(t->l);
+	tf_listener_destroy(t->lg);
 	if (t->tcp_lfd >= 0)
 		close(t->tcp_lfd);
 	if (t->epfd >= 0)
@@ -571,7 +603,7 @@ int load_server(const struct load_opts *o, int ctl)
 	struct lsrv sv = {.o = o, .kick = -1};
 	struct load_ctl_rep rep = {0};
 	struct load_ctl c;
-	uint16_t port = 0, tcp = 0;
+	uint16_t port = 0, grant = 0, tcp = 0;
 	unsigned started = 0, i;
 	int ret;
 
@@ -596,7 +628,7 @@ int load_server(const struct load_opts *o, int ctl)
 	if (!ret)
 		ret = node_for(sv.ctx, R_POOLMW, o->size, &sv.node);
 	for (i = 0; i < o->sthreads && !ret; i++)
-		ret = thr_setup(&sv, i, &port, &tcp);
+		ret = thr_setup(&sv, i, &port, &grant, &tcp);
 	for (i = 0; i < o->sthreads && !ret; i++, started++) {
 		ret = -pthread_create(&sv.thr[i].tid, NULL, thr_main,
 				      &sv.thr[i]);
@@ -605,6 +637,7 @@ int load_server(const struct load_opts *o, int ctl)
 	}
 	rep.status = ret;
 	rep.port = port;
+	rep.grant = grant;
 	rep.tcp = tcp;
 	if (ctl_reply(ctl, &rep) || ret)
 		goto out;

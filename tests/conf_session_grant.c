@@ -23,9 +23,19 @@
  * sides.  The connection then ends; the grants it still held are revoked
  * with it: on the server no window, no slice and no exposed byte is left,
  * and the counters add up (every grant made was taken or dropped; both
- * sides count the granted rounds).  Without memory windows (siw) a
- * listener makes no grant, and the test says so and skips.
+ * sides count the granted rounds).
+ *
+ * A third pass holds the server to TOLLFREE_SESSION_MAX_EXPOSED_PEER
+ * (LEN bytes, for every pass) with grants of 2 * LEN: round 0 exposes
+ * LEN and is served; the session that takes the grant is refused (its
+ * bytes would pass the bound).  The client's session breaks on the
+ * REJECT; the server opens no session, counts the refusal, and ends the
+ * connection, revoking the grant.  (Where the grant is still in flight,
+ * as on soft tcp, that session is served as round 0 was.)  Without
+ * memory windows (siw) a listener makes no grant, and the test says so
+ * and skips.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "session_util.h"
@@ -224,26 +234,132 @@ static void client(struct tf_pair *p, tf_node_t *node, uint16_t port)
 	tf_test_send_u64(p, granted);
 }
 
+/* Pass 2, server: a round 0, then the grant's session refused. */
+static void server_bound(struct tf_pair *p, tf_node_t *node)
+{
+	tf_listener_params_t lp = {.field_mask = TF_LISTENER_PARAM_GRANT,
+				   .grant_len = 2 * LEN,
+				   .grant_depth = 1};
+	tf_node_stats_t st0, st;
+	tf_listener_t *l;
+	tf_session_t *s;
+	int64_t end;
+	int b, x;
+
+	if (tf_test_peer_mode()) {
+		lp.field_mask |= TF_LISTENER_PARAM_ADDR;
+		lp.addr = "0.0.0.0";
+	}
+	CHECK_OK(tf_listener_create(node, &lp, &l));
+	tf_test_send_u64(p, tf_listener_port(l));
+	for (int r = 0; r < 2; r++) {
+		if (r == 1 && tf_test_recv_u64(p)) {
+			/* Granted: refused, the connection ends. */
+			st0 = stats(node);
+			end = st_now_ms() + 4 * (int64_t)tf_test_timeout_ms();
+			do {
+				s = NULL;
+				CHECK(tf_listener_accept(l, NULL, 1, &s) ==
+				      -EAGAIN);
+				st = stats(node);
+			} while (st.qp_destroyed < st.qp_new &&
+				 st_now_ms() < end);
+			CHECKF(st.expose_refused == st0.expose_refused + 1 &&
+				       st.grants_dropped == 1 &&
+				       st.grants_taken == 0 &&
+				       st.qp_destroyed == st.qp_new,
+			       "refused grant: %llu refusals, %llu dropped, "
+			       "%llu taken, %llu of %llu connections ended",
+			       (unsigned long long)st.expose_refused,
+			       (unsigned long long)st.grants_dropped,
+			       (unsigned long long)st.grants_taken,
+			       (unsigned long long)st.qp_destroyed,
+			       (unsigned long long)st.qp_new);
+			CHECK(st.windows_live == 0 && st.slices_rented == 0 &&
+			      st.exposed_bytes == 0);
+			tf_test_sync(p);
+			break;
+		}
+		s = st_accept(l, 0);
+		CHECK(!tf_session_granted(s));
+		CHECK_OK(tf_session_rent(s, LEN, &b, NULL));
+		CHECK_OK(tf_session_expose(s, b, 0, LEN, TF_ACCESS_REMOTE_WRITE,
+					   &x));
+		CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
+		tf_session_close(s);
+		tf_test_sync(p);
+	}
+	tf_listener_destroy(l);
+}
+
+static void client_bound(struct tf_pair *p, tf_node_t *node, uint16_t port)
+{
+	tf_caps_t caps;
+	tf_session_t *s;
+	struct tf_wc wc;
+	int64_t end;
+	int g;
+
+	CHECK_OK(tf_context_query_caps(p->ctx, &caps));
+	for (int r = 0; r < 2; r++) {
+		CHECK_OK(tf_session_connect(node, st_host(), port, NULL, &s));
+		g = tf_session_granted(s);
+		CHECKF(g == (r == 1) ||
+			       (r == 1 && strcmp(caps.transport, "shm")),
+		       "round %d: granted %d (transport %s)", r, g,
+		       caps.transport);
+		if (r == 1)
+			tf_test_send_u64(p, (uint64_t)g);
+		if (g) {
+			/* The server's REJECT breaks it. */
+			end = st_now_ms() + 4 * (int64_t)tf_test_timeout_ms();
+			while (tf_session_state(s) != TF_SESSION_BROKEN &&
+			       st_now_ms() < end)
+				CHECK(tf_session_wait(s, 1, &wc, 100) == 0);
+			CHECK(tf_session_state(s) == TF_SESSION_BROKEN);
+		} else {
+			CHECK_OK(tf_session_wait_peer(
+				s, 1, 4 * tf_test_timeout_ms()));
+		}
+		tf_session_close(s);
+		tf_test_sync(p);
+	}
+}
+
 int main(void)
 {
 	struct tf_pair p;
 
+	/* Pass 2's bound, read when the contexts open. */
+	setenv("TOLLFREE_SESSION_MAX_EXPOSED_PEER", "4096", 1);
 	tf_test_begin("conf_session_grant");
 	tf_test_pair_open(&p);
-	for (int pass = 0; pass < 2; pass++) {
+	for (int pass = 0; pass < 3; pass++) {
 		tf_node_t *node = make_node(&p, pass == 1);
+		uint16_t port;
 
 		if (!stats(node).use_mw)
 			tf_test_skip("no memory windows: a listener makes no "
 				     "grant without them");
 		tf_test_info("pass %d: %s", pass,
-			     pass ? "pre-shared key" : "no key");
-		/* Round N + 1 breaks a QP on purpose. */
+			     pass == 2	 ? "grants past the exposed bound"
+			     : pass == 1 ? "pre-shared key"
+					 : "no key");
+		/* Round N + 1 breaks a QP on purpose; pass 2's refusal is
+		 * logged. */
 		tf_test_tolerate_log(true);
-		if (p.side == TF_SIDE_B)
-			server(&p, node);
-		else
-			client(&p, node, (uint16_t)tf_test_recv_u64(&p));
+		if (p.side == TF_SIDE_B) {
+			if (pass == 2)
+				server_bound(&p, node);
+			else
+				server(&p, node);
+		} else {
+			port = (uint16_t)tf_test_recv_u64(&p);
+			if (pass == 2)
+				client_bound(&p, node, port);
+			else
+				client(&p, node, port);
+		}
 		tf_test_sync(&p);
 		tf_node_destroy(node);
 		tf_test_tolerate_log(false);

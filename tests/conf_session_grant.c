@@ -69,6 +69,22 @@ static tf_node_t *make_node(struct tf_pair *p, bool psk)
 	return node;
 }
 
+/* A listener of @node with @lp's grants that side A can reach (as
+ * st_listen); its port goes to side A. */
+static tf_listener_t *grant_listener(struct tf_pair *p, tf_node_t *node,
+				     tf_listener_params_t *lp)
+{
+	tf_listener_t *l;
+
+	if (tf_test_peer_mode()) {
+		lp->field_mask |= TF_LISTENER_PARAM_ADDR;
+		lp->addr = "0.0.0.0";
+	}
+	CHECK_OK(tf_listener_create(node, lp, &l));
+	tf_test_send_u64(p, tf_listener_port(l));
+	return l;
+}
+
 static void server(struct tf_pair *p, tf_node_t *node)
 {
 	tf_listener_params_t lp = {.field_mask = TF_LISTENER_PARAM_GRANT,
@@ -79,16 +95,10 @@ static void server(struct tf_pair *p, tf_node_t *node)
 	tf_session_t *s;
 	tf_node_stats_t st;
 	unsigned granted = 0;
-	uint64_t end;
 	uint8_t *m;
 	int b, x;
 
-	if (tf_test_peer_mode()) {
-		lp.field_mask |= TF_LISTENER_PARAM_ADDR;
-		lp.addr = "0.0.0.0";
-	}
-	CHECK_OK(tf_listener_create(node, &lp, &l));
-	tf_test_send_u64(p, tf_listener_port(l));
+	l = grant_listener(p, node, &lp);
 	for (int r = 0; r <= N; r++) {
 		s = st_accept(l, TF_SESSION_DEFER_ESTABLISH);
 		tf_test_send_u64(p, (uint64_t)tf_session_granted(s));
@@ -123,11 +133,7 @@ static void server(struct tf_pair *p, tf_node_t *node)
 	tf_test_send_u64(p, 1);
 	CHECK(st_serve(s) == TF_SESSION_BROKEN);
 	tf_session_close(s);
-	end = (uint64_t)st_now_ms() + 4ull * tf_test_timeout_ms();
-	do {
-		CHECK(tf_listener_accept(l, NULL, 1, &s) == -EAGAIN);
-		st = stats(node);
-	} while (st.qp_destroyed < st.qp_new && (uint64_t)st_now_ms() < end);
+	st = st_wait_conns_ended(l, node);
 	CHECKF(st.windows_live == 0 && st.slices_rented == 0 &&
 		       st.exposed_bytes == 0,
 	       "after the connection: %llu windows, %llu slices, %llu bytes "
@@ -243,27 +249,14 @@ static void server_bound(struct tf_pair *p, tf_node_t *node)
 	tf_node_stats_t st0, st;
 	tf_listener_t *l;
 	tf_session_t *s;
-	int64_t end;
 	int b, x;
 
-	if (tf_test_peer_mode()) {
-		lp.field_mask |= TF_LISTENER_PARAM_ADDR;
-		lp.addr = "0.0.0.0";
-	}
-	CHECK_OK(tf_listener_create(node, &lp, &l));
-	tf_test_send_u64(p, tf_listener_port(l));
+	l = grant_listener(p, node, &lp);
 	for (int r = 0; r < 2; r++) {
 		if (r == 1 && tf_test_recv_u64(p)) {
 			/* Granted: refused, the connection ends. */
 			st0 = stats(node);
-			end = st_now_ms() + 4 * (int64_t)tf_test_timeout_ms();
-			do {
-				s = NULL;
-				CHECK(tf_listener_accept(l, NULL, 1, &s) ==
-				      -EAGAIN);
-				st = stats(node);
-			} while (st.qp_destroyed < st.qp_new &&
-				 st_now_ms() < end);
+			st = st_wait_conns_ended(l, node);
 			CHECKF(st.expose_refused == st0.expose_refused + 1 &&
 				       st.grants_dropped == 1 &&
 				       st.grants_taken == 0 &&

@@ -125,6 +125,26 @@ static inline void st_print_conn_stats(tf_node_t *node)
 		     (unsigned long long)st.pending_refused);
 }
 
+/* Server: serve @l (accepts that find no session) until every
+ * connection @node made has ended, or the test timeout; the node's
+ * stats then.  For a listener whose connections end without a session
+ * (a refusal, the client's end). */
+static inline tf_node_stats_t st_wait_conns_ended(tf_listener_t *l,
+						  tf_node_t *node)
+{
+	int64_t end = st_now_ms() + 4 * (int64_t)tf_test_timeout_ms();
+	tf_node_stats_t st;
+	tf_session_t *s;
+
+	do {
+		s = NULL;
+		CHECK(TOLERATED(tf_listener_accept(l, NULL, 1, &s)) == -EAGAIN);
+		CHECK(!s);
+		CHECK_OK(tf_node_query_stats(node, &st));
+	} while (st.qp_destroyed < st.qp_new && st_now_ms() < end);
+	return st;
+}
+
 /* Server: accept one session within the test timeout. */
 static inline tf_session_t *st_accept(tf_listener_t *l, unsigned flags)
 {

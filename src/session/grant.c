@@ -56,9 +56,9 @@ static int grant_bind(struct tf_conn *c, struct tf_grant *g, size_t len,
 			return ret;
 		if (ret)
 			break;
-		ret = tf__backoff_spin(&bo);
+		ret = tf__backoff(&bo);
 		if (ret < 0)
-			return -ETIMEDOUT;
+			return ret;
 	}
 	if (wc.wr_id != GRANT_WR_ID || wc.status != TF_WC_SUCCESS) {
 		tf_log_warn(S, "grant: window bind failed (status %d)",

@@ -143,7 +143,7 @@ struct tf_conn {
 	/* Server: counted as kept by its peer's entry (peers.c). */
 	struct tf_peer *kept_pe;
 	bool client; /* made by tf_session_connect */
-	/* Grants (listener.c): the server's windows sent ahead, or the
+	/* Grants (grant.c): the server's windows sent ahead, or the
 	 * client's keys received, oldest first. */
 	struct tf_grant grants[TF_WIRE_MAX_GRANTS];
 	unsigned n_grants;

@@ -230,6 +230,16 @@ int tf__conn_aside(struct tf_conn *c, unsigned ch, const struct tf_wire_rx *rx)
 	return 0;
 }
 
+struct tf_grant tf__conn_grant_take(struct tf_conn *c, unsigned i)
+{
+	struct tf_grant g = c->grants[i];
+
+	c->n_grants--;
+	memmove(c->grants + i, c->grants + i + 1,
+		(c->n_grants - i) * sizeof(c->grants[0]));
+	return g;
+}
+
 void tf__conn_grants_drop(struct tf_conn *c)
 {
 	struct tf_node *node = c->node;

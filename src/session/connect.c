@@ -321,16 +321,15 @@ static int take_aside(struct tf_conn *c)
 static int open_granted(struct tf_session *s, const tf_session_params_t *params)
 {
 	struct tf_conn *c = s->c;
-	struct tf_grant g = c->grants[0];
+	struct tf_grant g;
 	int ret;
 
 	if (tf__now_ns() - c->kept_ns > TF_CTL_SOCKET_CHECK_NS) {
 		ret = tf__ctl_tcp_check(c);
 		if (ret)
-			return ret < 0 ? ret : -ECONNRESET;
+			return ret;
 	}
-	c->n_grants--;
-	memmove(c->grants, c->grants + 1, c->n_grants * sizeof(c->grants[0]));
+	g = tf__conn_grant_take(c, 0);
 	ret = send_open(s, params, g.id);
 	if (ret)
 		return ret;

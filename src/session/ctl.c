@@ -365,6 +365,15 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 	return 0;
 }
 
+unsigned tf__ctl_send_room(struct tf_conn *c)
+{
+	struct tf_ctl *k = &c->ctl;
+
+	if (reap_send(k))
+		return 0;
+	return TF_CTL_SEND - (unsigned)(k->sent - k->send_done);
+}
+
 /* Check a received control message and copy it into @rx. */
 static int decode(const struct tf_ctl *k, const struct tf_wc *wc,
 		  struct tf_wire_rx *rx)

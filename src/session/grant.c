@@ -129,7 +129,12 @@ void tf__listener_grant(struct tf_listener *l, struct tf_conn *c)
 
 	if (!l->grant_len || !c->ctl.ready || !l->node->use_mw || c->broken)
 		return;
-	while (c->n_grants < l->grant_depth) {
+	/* A GRANT never waits for a send slot: a client that does not
+	 * take in what it is sent (a soft transport needs its progress)
+	 * must not hold up the server's close, which serves the others.
+	 * One slot stays free for the next session's answer; the grants
+	 * not sent now are made at the next keep. */
+	while (c->n_grants < l->grant_depth && tf__ctl_send_room(c) > 1) {
 		ret = grant_make(l, c);
 		if (ret)
 			break;

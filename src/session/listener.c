@@ -567,8 +567,9 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 		       struct tf_session **s_p)
 {
 	struct tf_node *node = l->node;
-	struct tf_grant *g = NULL;
 	struct tf_wire_open req;
+	struct tf_grant g;
+	int gi = -1;
 	struct tf_session *s;
 	int ret;
 
@@ -597,31 +598,27 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 		return -TF_EQPERR;
 	}
 	if (req.grant) {
-		unsigned i;
-
-		for (i = 0; i < c->n_grants && c->grants[i].id != req.grant;
-		     i++)
+		for (gi = 0;
+		     gi < (int)c->n_grants && c->grants[gi].id != req.grant;
+		     gi++)
 			;
-		if (i == c->n_grants) {
+		if (gi == (int)c->n_grants) {
 			tf_log_warn(S,
 				    "handshake: OPEN takes grant %u, which "
 				    "this connection does not hold",
 				    req.grant);
 			return -TF_EWIRE;
 		}
-		g = &c->grants[i];
 		/* Counted as any exposure: past the bound the session is
 		 * refused (and the connection, with its grants, ends). */
-		if (pe) {
-			ret = tf__peers_expose(node, pe, g->info.length);
-			if (ret)
-				return ret;
-		}
+		ret = tf__peers_expose(node, pe, c->grants[gi].info.length);
+		if (ret)
+			return ret;
 	}
 	ret = tf__sess_new(node, c, true, &s);
 	if (ret) {
-		if (g && pe)
-			tf__peers_unexpose(node, pe, g->info.length);
+		if (gi >= 0)
+			tf__peers_unexpose(node, pe, c->grants[gi].info.length);
 		return ret;
 	}
 	s->reused = true;
@@ -629,14 +626,10 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 	STAT(node, qp_reused);
 	memcpy(s->priv, req.priv, req.priv_len);
 	s->priv_len = req.priv_len;
-	if (g) {
+	if (gi >= 0) {
 		/* Open already on the client's side: no ACCEPT. */
-		tf__sess_take_grant(s, g);
-		if (!pe)
-			s->exposed = 0;
-		c->n_grants--;
-		memmove(g, g + 1,
-			(size_t)(c->grants + c->n_grants - g) * sizeof(*g));
+		g = tf__conn_grant_take(c, (unsigned)gi);
+		tf__sess_take_grant(s, &g);
 		STAT(node, grants_taken);
 	} else {
 		s->deferred = true;

@@ -287,9 +287,23 @@ static int new_buf(struct tf_session *s, struct tf_sess_buf **b_p)
 	return 0;
 }
 
+/* @b is the rented pool slice @sl, @len bytes of it used. */
+static void buf_from_slice(struct tf_sess_buf *b, const tf_slice_t *sl,
+			   size_t len)
+{
+	b->slice = *sl;
+	b->addr = sl->addr;
+	b->len = len;
+	b->lkey = sl->lkey;
+	b->mr = sl->mr;
+	b->mode = TF_REG_POOL;
+	b->rented = true;
+}
+
 int tf_session_rent(tf_session_t *s, size_t len, int *buf_p, void **addr_p)
 {
 	struct tf_sess_buf *b;
+	tf_slice_t sl;
 	int ret;
 
 	if (!s || !buf_p || !len)
@@ -297,15 +311,10 @@ int tf_session_rent(tf_session_t *s, size_t len, int *buf_p, void **addr_p)
 	ret = new_buf(s, &b);
 	if (ret)
 		return ret;
-	ret = tf_pool_rent(s->node->pool, len, &b->slice);
+	ret = tf_pool_rent(s->node->pool, len, &sl);
 	if (ret)
 		return ret;
-	b->addr = b->slice.addr;
-	b->len = len;
-	b->lkey = b->slice.lkey;
-	b->mr = b->slice.mr;
-	b->mode = TF_REG_POOL;
-	b->rented = true;
+	buf_from_slice(b, &sl, len);
 	STAT(s->node, slices_rented);
 	*buf_p = s->n_bufs++;
 	if (addr_p)
@@ -634,19 +643,13 @@ int tf_session_granted(const tf_session_t *s)
 	return s && s->granted;
 }
 
-void tf__sess_take_grant(struct tf_session *s, struct tf_grant *g)
+void tf__sess_take_grant(struct tf_session *s, const struct tf_grant *g)
 {
 	struct tf_sess_buf *b = &s->bufs[0];
 	struct tf_sess_exp *e = &s->exps[0];
 
 	memset(b, 0, sizeof(*b));
-	b->slice = g->slice;
-	b->addr = g->slice.addr;
-	b->len = g->info.length;
-	b->lkey = g->slice.lkey;
-	b->mr = g->slice.mr;
-	b->mode = TF_REG_POOL;
-	b->rented = true;
+	buf_from_slice(b, &g->slice, g->info.length);
 	memset(e, 0, sizeof(*e));
 	e->info = g->info;
 	e->mw = g->mw;
@@ -655,7 +658,6 @@ void tf__sess_take_grant(struct tf_session *s, struct tf_grant *g)
 	s->n_exps = s->n_exps_sent = 1;
 	s->exposed = g->info.length;
 	s->granted = true;
-	g->mw = NULL;
 }
 
 tf_qp_t *tf_session_qp(tf_session_t *s)

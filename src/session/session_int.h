@@ -425,6 +425,8 @@ int tf__conn_aside(struct tf_conn *c, unsigned ch, const struct tf_wire_rx *rx);
 /* Revoke and free the grants the connection still holds (server: each
  * window freed, which revokes it, then its slice returned). */
 void tf__conn_grants_drop(struct tf_conn *c);
+/* Take grant @i off @c's list (the others keep their order). */
+struct tf_grant tf__conn_grant_take(struct tf_conn *c, unsigned i);
 /* Make a QP and its CQ for @c (no stock); tf__conn_new_qp takes them from
  * the stock when it can. */
 int tf__conn_make_qp(struct tf_node *node, struct tf_conn *c,
@@ -458,9 +460,9 @@ void tf__mw_put(struct tf_node *node, tf_mw_t *mw);
  * makes and sends the ones lacking); a failure that breaks the
  * connection marks it broken. */
 void tf__listener_grant(struct tf_listener *l, struct tf_conn *c);
-/* Server: move grant @g of @c (taken by an OPEN) into the new session
- * @s as its buffer 0 and exposure 0 (session.c). */
-void tf__sess_take_grant(struct tf_session *s, struct tf_grant *g);
+/* Server: make grant @g (taken off its connection by an OPEN) the new
+ * session @s's buffer 0 and exposure 0 (session.c). */
+void tf__sess_take_grant(struct tf_session *s, const struct tf_grant *g);
 void tf__listener_put(struct tf_listener *l);
 void tf__node_keep(struct tf_node *node, struct tf_conn *c);
 /* Send @m on the session's control channel (QP or socket), sealed on an
@@ -522,6 +524,9 @@ void tf__ctl_destroy(struct tf_conn *c);
 int tf__ctl_connect(struct tf_conn *c, const void *blob, size_t len);
 int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m,
 		 int timeout_ms);
+/* Send slots free now (completed sends reaped; 0 if the QP failed):
+ * what can be sent without waiting for the peer. */
+unsigned tf__ctl_send_room(struct tf_conn *c);
 /* Wait up to @timeout_ms until every SEND posted has completed. */
 void tf__ctl_flush(struct tf_conn *c, int timeout_ms);
 /* The next control message into @rx: 1, 0 if none yet, or -errno. */

@@ -353,7 +353,7 @@ static int start_hog(struct run *rn)
 			fail("hog: setenv: %m");
 			_exit(1);
 		}
-		ret = load_hog(rn->o, sv[1], rn->port);
+		ret = load_hog(rn->o, sv[1], rn->port, rn->grant);
 		fflush(NULL);
 		_exit(ret ? 1 : 0);
 	}

@@ -121,6 +121,7 @@ int load_client(const struct load_opts *o, int ch, uint16_t port,
 /* The hog process (--hog): takes the same commands on @ch; for each
  * mode it opens and holds sessions from LOAD_HOG_ADDR, and answers a
  * struct load_hog_res. */
-int load_hog(const struct load_opts *o, int ch, uint16_t port);
+int load_hog(const struct load_opts *o, int ch, uint16_t port,
+	     uint16_t grant_port);
 
 #endif /* TF_BENCH_LOAD_H */

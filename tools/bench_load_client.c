@@ -427,7 +427,8 @@ static int hog_mode(const struct load_opts *o, tf_node_t *node, void *buf,
 	return 0;
 }
 
-int load_hog(const struct load_opts *o, int ch, uint16_t port)
+int load_hog(const struct load_opts *o, int ch, uint16_t port,
+	     uint16_t grant_port)
 {
 	tf_session_t **held = calloc((size_t)o->hog + 1, sizeof(*held));
 	tf_context_t *ctx = NULL;
@@ -447,7 +448,11 @@ int load_hog(const struct load_opts *o, int ch, uint16_t port)
 	while (!ret && !sock_full(ch, &cmd, sizeof(cmd), false, -1)) {
 		if (cmd.mode >= LOAD_NMODES)
 			break;
-		hog_mode(o, node, buf, port, held, &cmd, &res);
+		/* On the listener of the mode that runs (the server looks
+		 * at that one). */
+		hog_mode(o, node, buf,
+			 load_modes[cmd.mode].grant ? grant_port : port, held,
+			 &cmd, &res);
 		ret = sock_full(ch, &res, sizeof(res), true, -1);
 	}
 	if (buf)

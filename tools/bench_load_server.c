@@ -30,6 +30,7 @@
 
 #define TAG_KICK     1
 #define TAG_LISTENER 2
+#define TAG_GRANTING 6 /* the granting listener (pool+mw/grant) */
 #define TAG_TCP_LFD  3
 #define TAG_TCP_CONN 4 /* + 8 * index */
 #define TAG_SESS     5 /* + 8 * slot: a session's fd (sleep) */
@@ -189,10 +190,26 @@ static void thr_accept_on(struct lsrv_thr *t, tf_listener_t *l)
 	}
 }
 
-static void thr_accept(struct lsrv_thr *t)
+/* Every turn, the listener of the mode that runs; the other only when
+ * its fd said so (a client's end of a kept connection): polling both
+ * would slow every turn of the mode measured, as in crr's server. */
+static void thr_accept(struct lsrv_thr *t, const struct epoll_event *evs, int n)
 {
-	thr_accept_on(t, t->l);
-	thr_accept_on(t, t->lg);
+	bool grant = load_modes[atomic_load_explicit(&t->sv->mode,
+						     memory_order_acquire)]
+			     .grant;
+	bool fired[2] = {!grant, grant};
+
+	for (int i = 0; i < n; i++) {
+		if (evs[i].data.u64 == TAG_LISTENER)
+			fired[0] = true;
+		else if (evs[i].data.u64 == TAG_GRANTING)
+			fired[1] = true;
+	}
+	if (fired[0])
+		thr_accept_on(t, t->l);
+	if (fired[1])
+		thr_accept_on(t, t->lg);
 }
 
 /* Reap session slot @i (this is also the progress that the soft tcp
@@ -388,10 +405,11 @@ static void thr_spin(struct lsrv_thr *t)
 			thr_failed(t);
 			break;
 		}
-		/* Every turn, not only when the fd says so: a handshake
+		/* Every turn (the running mode's listener), not only when
+		 * the fd says so: a handshake
 		 * whose bytes were already read must not wait for another
 		 * event. */
-		thr_accept(t);
+		thr_accept(t, evs, n);
 		thr_events(t, evs, n, md->spin);
 	serve:
 		thr_serve(t);
@@ -424,7 +442,7 @@ static void thr_sleep(struct lsrv_thr *t)
 			break;
 		}
 		/* Every turn, as above; new sessions join the due list. */
-		thr_accept(t);
+		thr_accept(t, evs, n);
 		thr_events(t, evs, n, false);
 		thr_serve_due(t);
 	}
@@ -533,7 +551,7 @@ static int thr_setup(struct lsrv *sv, unsigned i, uint16_t *port,
 	if (!ret)
 		ret = epoll_add(t->epfd, tf_listener_fd(t->l), TAG_LISTENER);
 	if (!ret)
-		ret = epoll_add(t->epfd, tf_listener_fd(t->lg), TAG_LISTENER);
+		ret = epoll_add(t->epfd, tf_listener_fd(t->lg), TAG_GRANTING);
 	if (!ret)
 		ret = epoll_add(t->epfd, t->tcp_lfd, TAG_TCP_LFD);
 	return ret;

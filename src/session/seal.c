@@ -28,32 +28,39 @@
 #include <pthread.h>
 #include <string.h>
 
+/*
+ * SHA-256 through its plain context (SHA256_CTX), which OpenSSL 3 marks
+ * deprecated in favour of EVP: an EVP digest context lives on the heap and
+ * every copy of one frees and allocates its state, while HMAC keyed once
+ * and HKDF (below) copy a hash state for every output.  A handshake with
+ * EVP spent about 7 us a side in libcrypto here, most of it in malloc and
+ * free; the plain context is a struct copied by assignment.  The same
+ * assembly does the hashing either way.  AES-256-GCM stays with EVP.
+ */
+#define OPENSSL_SUPPRESS_DEPRECATED
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/sha.h>
 
 #include "session_int.h"
 
 #define S TF_SESS_SUBSYS
 
 /*
- * The algorithms, looked up once.  OpenSSL 3 looks an algorithm up in its
- * provider store, under a lock, each time EVP_sha256() or HMAC() is used
- * without a fetched object; a handshake used them about twenty times.
- * Fetched objects are immutable and may be shared by threads.
+ * The cipher, looked up once.  OpenSSL 3 looks an algorithm up in its
+ * provider store, under a lock, each time EVP_aes_256_gcm() is used
+ * without a fetched object.  Fetched objects are immutable and may be
+ * shared by threads.
  */
 static pthread_once_t algs_once = PTHREAD_ONCE_INIT;
-static const EVP_MD *alg_sha256;
 static const EVP_CIPHER *alg_gcm;
 
 static void algs_fetch(void)
 {
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
-	alg_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
 	alg_gcm = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
 #endif
-	/* Where fetching is not available or failed: the built-ins. */
-	if (!alg_sha256)
-		alg_sha256 = EVP_sha256();
+	/* Where fetching is not available or failed: the built-in. */
 	if (!alg_gcm)
 		alg_gcm = EVP_aes_256_gcm();
 }
@@ -70,8 +77,7 @@ struct tf_sess_keys {
 };
 
 struct tf_transcript {
-	EVP_MD_CTX *md;
-	EVP_MD_CTX *tmp; /* for a hash of the transcript so far */
+	SHA256_CTX md;
 };
 
 static int crypto_fail(const char *what)
@@ -86,42 +92,33 @@ static int crypto_fail(const char *what)
  * from one key).
  */
 struct hmac_key {
-	EVP_MD_CTX *in, *out, *tmp;
+	SHA256_CTX in, out;
 };
 
-/* Freeing a context clears its state (EVP_MD_CTX_reset). */
+/* Wipes the keyed states. */
 static void hmac_free(struct hmac_key *h)
 {
-	EVP_MD_CTX_free(h->in);
-	EVP_MD_CTX_free(h->out);
-	EVP_MD_CTX_free(h->tmp);
-	h->in = h->out = h->tmp = NULL;
+	OPENSSL_cleanse(h, sizeof(*h));
 }
 
 static int hmac_init(struct hmac_key *h, const uint8_t *key, size_t key_len)
 {
 	uint8_t k[64] = {0}, pad[64];
-	unsigned n = 0;
-	int ok;
+	int ok = 1;
 
-	algs();
-	h->in = EVP_MD_CTX_new();
-	h->out = EVP_MD_CTX_new();
-	h->tmp = EVP_MD_CTX_new();
-	ok = h->in && h->out && h->tmp;
 	/* A key longer than the block is hashed first. */
-	if (ok && key_len > sizeof(k))
-		ok = EVP_Digest(key, key_len, k, &n, alg_sha256, NULL) == 1;
-	else if (ok)
+	if (key_len > sizeof(k))
+		ok = SHA256(key, key_len, k) != NULL;
+	else
 		memcpy(k, key, key_len);
 	for (size_t i = 0; i < sizeof(pad); i++)
 		pad[i] = k[i] ^ 0x36;
-	ok = ok && EVP_DigestInit_ex(h->in, alg_sha256, NULL) == 1 &&
-	     EVP_DigestUpdate(h->in, pad, sizeof(pad)) == 1;
+	ok = ok && SHA256_Init(&h->in) == 1 &&
+	     SHA256_Update(&h->in, pad, sizeof(pad)) == 1;
 	for (size_t i = 0; i < sizeof(pad); i++)
 		pad[i] = k[i] ^ 0x5c;
-	ok = ok && EVP_DigestInit_ex(h->out, alg_sha256, NULL) == 1 &&
-	     EVP_DigestUpdate(h->out, pad, sizeof(pad)) == 1;
+	ok = ok && SHA256_Init(&h->out) == 1 &&
+	     SHA256_Update(&h->out, pad, sizeof(pad)) == 1;
 	OPENSSL_cleanse(k, sizeof(k));
 	OPENSSL_cleanse(pad, sizeof(pad));
 	if (!ok) {
@@ -131,20 +128,19 @@ static int hmac_init(struct hmac_key *h, const uint8_t *key, size_t key_len)
 	return 0;
 }
 
-static int hmac_run(struct hmac_key *h, const uint8_t *data, size_t len,
+static int hmac_run(const struct hmac_key *h, const uint8_t *data, size_t len,
 		    uint8_t out[32])
 {
 	uint8_t inner[32];
-	unsigned n = 0, m = 0;
+	SHA256_CTX c = h->in;
 	int ok;
 
-	ok = EVP_MD_CTX_copy_ex(h->tmp, h->in) == 1 &&
-	     EVP_DigestUpdate(h->tmp, data, len) == 1 &&
-	     EVP_DigestFinal_ex(h->tmp, inner, &n) == 1 && n == 32 &&
-	     EVP_MD_CTX_copy_ex(h->tmp, h->out) == 1 &&
-	     EVP_DigestUpdate(h->tmp, inner, sizeof(inner)) == 1 &&
-	     EVP_DigestFinal_ex(h->tmp, out, &m) == 1 && m == 32;
+	ok = SHA256_Update(&c, data, len) == 1 && SHA256_Final(inner, &c) == 1;
+	c = h->out;
+	ok = ok && SHA256_Update(&c, inner, sizeof(inner)) == 1 &&
+	     SHA256_Final(out, &c) == 1;
 	OPENSSL_cleanse(inner, sizeof(inner));
+	OPENSSL_cleanse(&c, sizeof(c));
 	return ok ? 0 : crypto_fail("HMAC-SHA256");
 }
 
@@ -411,11 +407,7 @@ int tf__transcript_new(struct tf_transcript **t_p)
 
 	if (!t)
 		return -ENOMEM;
-	t->md = EVP_MD_CTX_new();
-	algs();
-	t->tmp = EVP_MD_CTX_new();
-	if (!t->md || !t->tmp ||
-	    EVP_DigestInit_ex(t->md, alg_sha256, NULL) != 1) {
+	if (SHA256_Init(&t->md) != 1) {
 		tf__transcript_free(t);
 		return crypto_fail("SHA-256 set-up");
 	}
@@ -427,14 +419,13 @@ void tf__transcript_free(struct tf_transcript *t)
 {
 	if (!t)
 		return;
-	EVP_MD_CTX_free(t->md);
-	EVP_MD_CTX_free(t->tmp);
+	OPENSSL_cleanse(t, sizeof(*t));
 	tf__free(t);
 }
 
 int tf__transcript_add(struct tf_transcript *t, const void *b, size_t n)
 {
-	if (EVP_DigestUpdate(t->md, b, n) != 1)
+	if (SHA256_Update(&t->md, b, n) != 1)
 		return crypto_fail("SHA-256");
 	return 0;
 }
@@ -454,13 +445,12 @@ int tf__transcript_add_rx(struct tf_transcript *t, const struct tf_wire_rx *rx)
 int tf__transcript_hash(const struct tf_transcript *t,
 			uint8_t out[TF_WIRE_HASH])
 {
-	unsigned n = 0;
-
 	/* A copy: the transcript goes on after this hash. */
-	if (EVP_MD_CTX_copy_ex(t->tmp, t->md) != 1 ||
-	    EVP_DigestFinal_ex(t->tmp, out, &n) != 1 || n != TF_WIRE_HASH)
-		return crypto_fail("SHA-256");
-	return 0;
+	SHA256_CTX c = t->md;
+	int ok = SHA256_Final(out, &c) == 1;
+
+	OPENSSL_cleanse(&c, sizeof(c));
+	return ok ? 0 : crypto_fail("SHA-256");
 }
 
 int tf__proof_make(const uint8_t fin[TF_WIRE_MAC], const uint8_t *th,

@@ -27,6 +27,13 @@
 /* While a session is open, the listener and the sockets are looked at
  * every this often only (a system call), as crr's server does. */
 #define LOOK_NS 20000ull
+/* Sessions accepted a turn, at most: then the open ones are served.  A
+ * client's close is one-way, so a closed-loop client connects again as
+ * soon as its CLOSE left: a thread that accepted while any were waiting
+ * could go on accepting forever, and the sessions it never got to close
+ * would pile up (a thousand a second here, until the provider ran out of
+ * QPs). */
+#define ACCEPT_BATCH 16
 
 #define TAG_KICK     1
 #define TAG_LISTENER 2
@@ -135,7 +142,7 @@ static void thr_accept_on(struct lsrv_thr *t, tf_listener_t *l)
 	uint32_t i;
 	int b, x, ret;
 
-	for (;;) {
+	for (unsigned n = 0; n < ACCEPT_BATCH; n++) {
 		ret = tf_listener_accept(l, &sp, 0, &s);
 		if (ret == -EAGAIN)
 			return;

@@ -514,8 +514,9 @@ int tf_cq_arm(tf_cq_t *cq)
  */
 int tf_cq_wait(tf_cq_t *cq, int n, struct tf_wc *wc, int timeout_ms)
 {
-	uint64_t start = tf__now_ns(), now;
+	uint64_t start = tf__now_ns(), now, yielded = start;
 	uint64_t spin_ns = cq->ctx->cfg.poll_spin_us * 1000ull;
+	uint64_t yield_ns = cq->ctx->cfg.poll_spin_yield_us * 1000ull;
 	uint64_t limit_ns =
 		timeout_ms < 0 ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
 	int fd = -1, ret;
@@ -527,8 +528,10 @@ int tf_cq_wait(tf_cq_t *cq, int n, struct tf_wc *wc, int timeout_ms)
 		now = tf__now_ns();
 		if (now - start >= limit_ns)
 			return 0;
-		if (now - start < spin_ns)
+		if (now - start < spin_ns) {
+			tf__spin_pause(now, yield_ns, &yielded);
 			continue;
+		}
 		/* About to sleep: answer a `tollfree-info -s` reader first (a
 		 * NULL test unless stats are published). */
 		tf__stats_check(cq->ctx);

@@ -147,9 +147,10 @@ static int client_accept(struct tf_session *s, bool reused)
 		if (s->qctl)
 			ret = tf__ctl_wait(c, &c->rx, s->node->timeout_ms);
 		else
-			ret = tf__wire_recv_spin(c->fd, &c->rx,
-						 s->node->ctx->cfg.poll_spin_us,
-						 s->node->timeout_ms);
+			ret = tf__wire_recv_spin(
+				c->fd, &c->rx, s->node->ctx->cfg.poll_spin_us,
+				s->node->ctx->cfg.poll_spin_yield_us,
+				s->node->timeout_ms);
 		if (ret < 0)
 			return ret;
 		ret = tf__conn_open(c, tf__sess_channel(s));
@@ -247,6 +248,7 @@ static int client_challenge(struct tf_conn *c)
 	int ret;
 
 	ret = tf__wire_recv_spin(c->fd, &c->rx, node->ctx->cfg.poll_spin_us,
+				 node->ctx->cfg.poll_spin_yield_us,
 				 node->timeout_ms);
 	if (ret < 0)
 		return ret;

@@ -442,7 +442,8 @@ static inline void tf__sess_backoff_init(struct tf_backoff *b,
 					 const struct tf_node *node,
 					 int timeout_ms)
 {
-	tf__backoff_init(b, node->ctx->cfg.poll_spin_us, timeout_ms);
+	tf__backoff_init(b, node->ctx->cfg.poll_spin_us,
+			 node->ctx->cfg.poll_spin_yield_us, timeout_ms);
 }
 
 int tf__sess_new(struct tf_node *node, struct tf_conn *c, bool server,

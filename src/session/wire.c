@@ -328,21 +328,24 @@ int tf__wire_rx_step(int fd, struct tf_wire_rx *rx)
 }
 
 int tf__wire_recv_spin(int fd, struct tf_wire_rx *rx, unsigned spin_us,
-		       int timeout_ms)
+		       unsigned yield_us, int timeout_ms)
 {
-	uint64_t start = tf__now_ns();
+	uint64_t start = tf__now_ns(), yielded = start;
 	uint64_t deadline = start + (uint64_t)timeout_ms * 1000000;
 
 	for (;;) {
 		int ret = tf__wire_rx_step(fd, rx);
+		uint64_t now;
 
 		if (ret)
 			return ret;
 		/* An answer due within the spin is read without sleeping:
 		 * a recv that does not wait costs far less than a wake-up
 		 * across cores. */
-		if (tf__now_ns() - start < (uint64_t)spin_us * 1000) {
-			tf__cpu_relax();
+		now = tf__now_ns();
+		if (now - start < (uint64_t)spin_us * 1000) {
+			tf__spin_pause(now, (uint64_t)yield_us * 1000,
+				       &yielded);
 			continue;
 		}
 		ret = wait_fd(fd, POLLIN, remaining_ms(deadline));
@@ -353,7 +356,7 @@ int tf__wire_recv_spin(int fd, struct tf_wire_rx *rx, unsigned spin_us,
 
 int tf__wire_recv(int fd, struct tf_wire_rx *rx, int timeout_ms)
 {
-	return tf__wire_recv_spin(fd, rx, 0, timeout_ms);
+	return tf__wire_recv_spin(fd, rx, 0, 0, timeout_ms);
 }
 
 /* ----------------------------------------------------------- bodies */

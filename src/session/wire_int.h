@@ -224,9 +224,10 @@ int tf__wire_send_last(int fd, const struct tf_wire_msg *m, int timeout_ms);
 int tf__wire_rx_step(int fd, struct tf_wire_rx *rx);
 /* As tf__wire_rx_step, waiting up to @timeout_ms in all; -ETIMEDOUT. */
 int tf__wire_recv(int fd, struct tf_wire_rx *rx, int timeout_ms);
-/* As tf__wire_recv, reading without waiting for the first @spin_us. */
+/* As tf__wire_recv, reading without waiting for the first @spin_us (and
+ * yielding every @yield_us of it: tf__spin_pause). */
 int tf__wire_recv_spin(int fd, struct tf_wire_rx *rx, unsigned spin_us,
-		       int timeout_ms);
+		       unsigned yield_us, int timeout_ms);
 /* Reset @rx for the next message. */
 void tf__wire_rx_reset(struct tf_wire_rx *rx);
 

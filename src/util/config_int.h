@@ -45,6 +45,10 @@
 	   "tf_cq_wait, tf_session_wait and tf_session_wait_peer busy-poll "   \
 	   "this long (microseconds) before sleeping on their fd: a reply "    \
 	   "in flight for less never puts the waiter to sleep")                \
+	XX(core, POLL_SPIN_YIELD_US, poll_spin_yield_us, UINT, "5",            \
+	   "While it busy-polls, a wait yields the CPU (sched_yield) this "    \
+	   "often (microseconds), so that a thread it waits for on the same "  \
+	   "core can run where threads outnumber cores (0: never)")            \
 	XX(core, QP_TIMEOUT_MS, qp_timeout_ms, UINT, "4000",                   \
 	   "Default transport timeout of a QP before RETRY_EXC completions")   \
 	XX(core, QP_MAX_WR, qp_max_wr, UINT, "16384",                          \

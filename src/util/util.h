@@ -176,17 +176,42 @@ static inline unsigned tf__fork_gen(void)
  * microsecond or less to arrive; a system call on every turn (sched_yield
  * costs about as much) would double that, and a wake-up across cores
  * would cost tens of microseconds.  After the spin, yielding lets a peer
- * that shares the core answer. */
+ * that shares the core answer.
+ *
+ * The spin itself yields every @yield_us (tf__spin_pause): where threads
+ * outnumber cores, a waiter that spins holds a core that the thread it
+ * waits for (its peer process, the server) needs, and the answer comes
+ * only when the scheduler takes the core away, milliseconds later.
+ * sched_yield lets a runnable thread of that core's queue in, and returns
+ * at once when there is none.  With 12 client threads and a server on 2
+ * CPUs, sessions on kept connections ran 2x (grants: 3x) as many a
+ * second with a yield every 5 us as with none (tollfree-bench load). */
 struct tf_backoff {
-	uint64_t start, spin_ns, deadline;
+	uint64_t start, spin_ns, yield_ns, yielded, deadline;
 };
 
-/* A wait of at most @timeout_ms (< 0: none), spinning @spin_us first. */
+/* One pause of a spin at @now: a yield if the last was @yield_ns ago
+ * (0: never), else a pause instruction. */
+static inline void tf__spin_pause(uint64_t now, uint64_t yield_ns,
+				  uint64_t *yielded)
+{
+	if (yield_ns && now - *yielded >= yield_ns) {
+		*yielded = now;
+		sched_yield();
+	} else {
+		tf__cpu_relax();
+	}
+}
+
+/* A wait of at most @timeout_ms (< 0: none), spinning @spin_us first and
+ * yielding every @yield_us of it. */
 static inline void tf__backoff_init(struct tf_backoff *b, unsigned spin_us,
-				    int timeout_ms)
+				    unsigned yield_us, int timeout_ms)
 {
 	b->start = tf__now_ns();
+	b->yielded = b->start;
 	b->spin_ns = (uint64_t)spin_us * 1000;
+	b->yield_ns = (uint64_t)yield_us * 1000;
 	b->deadline = timeout_ms < 0
 			      ? UINT64_MAX
 			      : b->start + (uint64_t)timeout_ms * 1000000;
@@ -201,7 +226,7 @@ static inline int tf__backoff(struct tf_backoff *b)
 	if (now >= b->deadline)
 		return -ETIMEDOUT;
 	if (now - b->start < b->spin_ns)
-		tf__cpu_relax();
+		tf__spin_pause(now, b->yield_ns, &b->yielded);
 	else
 		sched_yield();
 	return 0;
@@ -219,7 +244,7 @@ static inline int tf__backoff_spin(struct tf_backoff *b)
 		return -ETIMEDOUT;
 	if (now - b->start >= b->spin_ns)
 		return 1;
-	tf__cpu_relax();
+	tf__spin_pause(now, b->yield_ns, &b->yielded);
 	return 0;
 }
 

@@ -30,6 +30,12 @@ extern const char *prog;
 
 void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t now_ns(void);
+/* A turn of a busy-poll loop (a spinning server or client, TCP or
+ * tollfree): a sched_yield every TOLLFREE_POLL_SPIN_YIELD_US (*@yielded:
+ * the last), as the library's own waits do while they spin, so that every
+ * spinning party of a benchmark gives way alike where threads outnumber
+ * cores. */
+void bench_spin_pause(uint64_t *yielded);
 
 struct bench_stats {
 	double min, max, median, avg, stdev, p99, p999; /* nanoseconds */

@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -43,6 +44,33 @@ uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t spin_yield_ns;
+static pthread_once_t spin_yield_once = PTHREAD_ONCE_INIT;
+
+static void spin_yield_init(void)
+{
+	char v[32];
+	unsigned long us = 5;
+
+	if (tf_config_get("POLL_SPIN_YIELD_US", v, sizeof(v)) > 0)
+		us = strtoul(v, NULL, 10);
+	spin_yield_ns = (uint64_t)us * 1000;
+}
+
+void bench_spin_pause(uint64_t *yielded)
+{
+	uint64_t now;
+
+	pthread_once(&spin_yield_once, spin_yield_init);
+	if (!spin_yield_ns)
+		return;
+	now = now_ns();
+	if (now - *yielded >= spin_yield_ns) {
+		*yielded = now;
+		sched_yield();
+	}
 }
 
 /* A bar on stderr (crr, load): @done of @total, and what runs now. */

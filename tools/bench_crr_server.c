@@ -462,7 +462,7 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 	if (ret)
 		goto out;
 
-	for (uint64_t last_busy = 0, last_look = 0;;) {
+	for (uint64_t last_busy = 0, last_look = 0, yielded = 0;;) {
 		bool busy = false, active = false, armed = true;
 		bool fired[R_COUNT] = {false};
 		uint64_t now;
@@ -493,6 +493,10 @@ int crr_server(const struct crr_opts *o, int chlfd, const char *host, int cpu)
 			last_busy = now;
 		else if (!sv.sleep)
 			busy = now - last_busy < SRV_SPIN_NS;
+		/* Spinning, it gives way now and then as the library's waits
+		 * do (on its own CPU here, a yield returns at once). */
+		if (busy && !sv.sleep)
+			bench_spin_pause(&yielded);
 		/* While a session is open, its messages come first: the
 		 * listeners and sockets (a system call) are looked at every
 		 * SRV_LOOK_NS only.  The single client runs one session at a

@@ -390,13 +390,18 @@ static void thr_spin(struct lsrv_thr *t)
 {
 	struct lsrv *sv = t->sv;
 	struct epoll_event evs[32];
-	uint64_t last_look = 0;
+	uint64_t last_look = 0, yielded = 0;
 
 	while (!atomic_load_explicit(&sv->stop, memory_order_acquire)) {
 		const struct load_mode *md = &load_modes[atomic_load_explicit(
 			&sv->mode, memory_order_acquire)];
 		bool spin = md->kind == LK_TF || md->spin;
 		int n;
+
+		/* A spinning server gives way now and then, as its clients'
+		 * waits do: 2 server threads that never yield would hold
+		 * both CPUs of this host against 12 client threads. */
+		bench_spin_pause(&yielded);
 
 		if (t->nsess) {
 			uint64_t now = now_ns();

@@ -185,12 +185,13 @@ int sock_connect(const char *host, uint16_t port, int timeout_ms)
 /* ------------------------------------------------------------ busy-polling
  * The references that spin, as a busy-polling server or client would:
  * every call is non-blocking (MSG_DONTWAIT, a non-blocking connect) and
- * retried at once, so no wait ever sleeps.  The clock is read only every
+ * retried at once, so no wait ever sleeps; it yields as the library's
+ * spins do (bench_spin_pause).  The clock is read only every
  * WAIT_CHECK_EVERY turns, to bound a wait for a dead peer. */
 
 int sock_full_spin(int fd, void *buf, size_t len, bool wr, int timeout_ms)
 {
-	uint64_t deadline = 0;
+	uint64_t deadline = 0, yielded = now_ns();
 	unsigned spins = 0;
 	uint8_t *p = buf;
 
@@ -207,6 +208,7 @@ int sock_full_spin(int fd, void *buf, size_t len, bool wr, int timeout_ms)
 			return -EPIPE;
 		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 			return -errno;
+		bench_spin_pause(&yielded);
 		if (++spins % WAIT_CHECK_EVERY)
 			continue;
 		if (!deadline)
@@ -222,6 +224,7 @@ int sock_connect_spin(const char *host, uint16_t port, int timeout_ms)
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
 				 .ai_flags = AI_NUMERICHOST};
 	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000;
+	uint64_t yielded = now_ns();
 	struct pollfd pfd = {.events = POLLOUT};
 	struct addrinfo *ai;
 	socklen_t sl = sizeof(int);
@@ -246,6 +249,7 @@ int sock_connect_spin(const char *host, uint16_t port, int timeout_ms)
 	 * never sleeps. */
 	pfd.fd = fd;
 	while (!poll(&pfd, 1, 0)) {
+		bench_spin_pause(&yielded);
 		if (now_ns() > deadline) {
 			err = -ETIMEDOUT;
 			goto err_close;

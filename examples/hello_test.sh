@@ -8,6 +8,11 @@ srv=$1 cli=$2
 dir=$(mktemp -d)
 pid=
 trap '[ -z "$pid" ] || kill $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
+# The files exist before the server does: the loop below may read them
+# before the background shell has opened them (sed then fails, and set -e
+# ends the test; seen once under TSan).
+: >"$dir/srv.out"
+: >"$dir/srv.err"
 "$srv" >"$dir/srv.out" 2>"$dir/srv.err" &
 pid=$!
 port=

@@ -32,9 +32,10 @@
  * SHA-256 through its plain context (SHA256_CTX), which OpenSSL 3 marks
  * deprecated in favour of EVP: an EVP digest context lives on the heap and
  * every copy of one frees and allocates its state, while HMAC keyed once
- * and HKDF (below) copy a hash state for every output.  A handshake with
- * EVP spent about 7 us a side in libcrypto here, most of it in malloc and
- * free; the plain context is a struct copied by assignment.  The same
+ * and HKDF (below) copy a hash state for every output.  With EVP a
+ * client took about 12 us from the CHALLENGE to its checked proof and
+ * keys, with plain contexts about 7 (the server's CHALLENGE: 5.2 and 3.8
+ * us); the plain context is a struct copied by assignment.  The same
  * assembly does the hashing either way.  AES-256-GCM stays with EVP.
  */
 #define OPENSSL_SUPPRESS_DEPRECATED

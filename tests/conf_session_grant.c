@@ -9,9 +9,10 @@
  * connection and sends GRANT_DEPTH grants.  Rounds 1..N then open on a
  * grant, without a round trip, if it has arrived; a round may find it
  * still in flight and go as round 0 did (also on soft shm, where a SEND
- * is in the peer's queue when its post returns: the client's look finds
- * nothing while its provider's waker thread is the one moving it to the
- * queue).  A granted round:
+ * is in the peer's queue when its post returns: the client's one look
+ * has been seen to miss it, probably while another thread of its
+ * provider, the waker, held the progress that moves it to the queue).
+ * A granted round:
  * - both sides say so (tf_session_granted), the client knows the peer's
  *   exposure 0 as soon as its connect returns, with the grant's length
  *   and rights, and every round's key differs;

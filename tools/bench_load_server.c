@@ -31,8 +31,9 @@
  * client's close is one-way, so a closed-loop client connects again as
  * soon as its CLOSE left: a thread that accepted while any were waiting
  * could go on accepting forever, and the sessions it never got to close
- * would pile up (3,600 in 1.5 s here, until the provider ran out of
- * QPs). */
+ * would pile up (about 3,600 in just over a second here, until the
+ * provider ran out of QPs).  A thread that stops short of -EAGAIN comes
+ * back without sleeping: only that return re-arms the listener's fd. */
 #define ACCEPT_BATCH 16
 
 #define TAG_KICK     1
@@ -132,7 +133,9 @@ static int thr_grow(struct lsrv_thr *t)
  * crr's server does: attach the buffer (a pool copy), expose K * SIZE
  * bytes for remote writes, then the deferred ACCEPT carries the key.  A
  * session that cannot be prepared is closed and counted, not fatal. */
-static void thr_accept_on(struct lsrv_thr *t, tf_listener_t *l)
+/* Accept from @l until it has nothing (false) or ACCEPT_BATCH sessions
+ * were taken (true: more may wait). */
+static bool thr_accept_on(struct lsrv_thr *t, tf_listener_t *l)
 {
 	const struct load_opts *o = t->sv->o;
 	struct crr_opts co = {.k = o->k};
@@ -145,7 +148,7 @@ static void thr_accept_on(struct lsrv_thr *t, tf_listener_t *l)
 	for (unsigned n = 0; n < ACCEPT_BATCH; n++) {
 		ret = tf_listener_accept(l, &sp, 0, &s);
 		if (ret == -EAGAIN)
-			return;
+			return false;
 		if (ret) {
 			/* A handshake that failed: its client counts it. */
 			thr_failed(t);
@@ -195,17 +198,18 @@ static void thr_accept_on(struct lsrv_thr *t, tf_listener_t *l)
 		t->sess[i].s = s;
 		t->nsess++;
 	}
+	return true;
 }
 
 /* Every turn, the listener of the mode that runs; the other only when
  * its fd said so (a client's end of a kept connection): polling both
  * would slow every turn of the mode measured, as in crr's server. */
-static void thr_accept(struct lsrv_thr *t, const struct epoll_event *evs, int n)
+static bool thr_accept(struct lsrv_thr *t, const struct epoll_event *evs, int n)
 {
 	bool grant = load_modes[atomic_load_explicit(&t->sv->mode,
 						     memory_order_acquire)]
 			     .grant;
-	bool fired[2] = {!grant, grant};
+	bool fired[2] = {!grant, grant}, more;
 
 	for (int i = 0; i < n; i++) {
 		if (evs[i].data.u64 == TAG_LISTENER)
@@ -213,10 +217,10 @@ static void thr_accept(struct lsrv_thr *t, const struct epoll_event *evs, int n)
 		else if (evs[i].data.u64 == TAG_GRANTING)
 			fired[1] = true;
 	}
-	if (fired[0])
-		thr_accept_on(t, t->l);
-	if (fired[1])
-		thr_accept_on(t, t->lg);
+	more = fired[0] && thr_accept_on(t, t->l);
+	if (fired[1] && thr_accept_on(t, t->lg))
+		more = true;
+	return more;
 }
 
 /* Reap session slot @i (this is also the progress that the soft tcp
@@ -444,9 +448,13 @@ static void thr_sleep(struct lsrv_thr *t)
 {
 	struct lsrv *sv = t->sv;
 	struct epoll_event evs[64];
+	bool more = false;
 
 	while (!atomic_load_explicit(&sv->stop, memory_order_acquire)) {
-		int n = epoll_wait(t->epfd, evs, ARRAY_SIZE(evs), -1);
+		/* No sleep while a listener may hold more than the last
+		 * turn accepted. */
+		int n = epoll_wait(t->epfd, evs, ARRAY_SIZE(evs),
+				   more ? 0 : -1);
 
 		if (n < 0 && errno != EINTR) {
 			fail("server: epoll_wait: %m");
@@ -454,7 +462,7 @@ static void thr_sleep(struct lsrv_thr *t)
 			break;
 		}
 		/* Every turn, as above; new sessions join the due list. */
-		thr_accept(t, evs, n);
+		more = thr_accept(t, evs, n);
 		thr_events(t, evs, n, false);
 		thr_serve_due(t);
 	}

@@ -186,8 +186,9 @@ int sock_connect(const char *host, uint16_t port, int timeout_ms)
  * The references that spin, as a busy-polling server or client would:
  * every call is non-blocking (MSG_DONTWAIT, a non-blocking connect) and
  * retried at once, so no wait ever sleeps; it yields as the library's
- * spins do (bench_spin_pause).  The clock is read only every
- * WAIT_CHECK_EVERY turns, to bound a wait for a dead peer. */
+ * spins do (bench_spin_pause, which reads the clock each turn, as the
+ * library's spins do).  The deadline for a dead peer is looked at every
+ * WAIT_CHECK_EVERY turns. */
 
 int sock_full_spin(int fd, void *buf, size_t len, bool wr, int timeout_ms)
 {

@@ -784,8 +784,13 @@ int soft_engine_progress(struct soft_ctx *ctx);
 int soft_progress(struct tf_context *ctx);
 
 /* shm transport hooks used by the revocation path (soft_mr.c): wait until
- * no peer is accessing TPT slot @slot through any of this context's QPs. */
-void soft_shm_quiesce(struct soft_ctx *ctx, uint32_t slot);
+ * no peer is accessing TPT slot @slot through any of this context's QPs,
+ * or through @qp alone when not NULL: a window bound to @qp (type 2), which
+ * an access through any other QP is refused (soft_tpt_allows checks the
+ * target QP) after publishing the slot, so only @qp's word can name it
+ * while an access lands.  O(1) then, where a region's revoke looks at
+ * every QP of the context. */
+void soft_shm_quiesce(struct soft_ctx *ctx, uint32_t slot, struct soft_qp *qp);
 /* shm: create/destroy a QP's segment (at QP create/destroy). */
 int soft_shm_qp_init(struct soft_qp *qp);
 void soft_shm_qp_destroy(struct soft_qp *qp);

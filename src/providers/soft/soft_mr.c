@@ -498,9 +498,11 @@ static void tpt_write(struct soft_ctx *ctx, uint32_t key,
 /*
  * Revoke the key in @slot: after this returns no access through it can
  * still land.  The key is cleared (seqlock write, seq_cst), then the
- * revoker waits for every published accessor word that names the slot.
+ * revoker waits for every published accessor word that names the slot:
+ * of every QP for a region, of the one QP @qp for a window bound to it
+ * (soft_shm_quiesce).
  */
-static void tpt_revoke(struct soft_ctx *ctx, uint32_t slot)
+static void tpt_revoke(struct soft_ctx *ctx, uint32_t slot, struct soft_qp *qp)
 {
 	struct soft_tpt_entry *s = &ctx->tpt->slots[slot];
 	uint32_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
@@ -528,7 +530,7 @@ static void tpt_revoke(struct soft_ctx *ctx, uint32_t slot)
 		}
 		sched_yield();
 	}
-	soft_shm_quiesce(ctx, slot);
+	soft_shm_quiesce(ctx, slot, qp);
 }
 
 /* Index of the tf_mem_alloc region that holds [addr, addr+len), or -1. */
@@ -681,7 +683,7 @@ int soft_mr_dereg(struct tf_mr *base)
 			     atomic_load(&mr->mw_bound));
 		return -EBUSY;
 	}
-	tpt_revoke(ctx, mr->slot);
+	tpt_revoke(ctx, mr->slot, NULL);
 	tpt_free(ctx, mr->slot);
 	pthread_mutex_unlock(&ctx->lock);
 	soft_xlate_remove(ctx, (uintptr_t)base->addr, base->length);
@@ -711,7 +713,7 @@ static void mw_unbind(struct soft_ctx *ctx, struct soft_mw *mw)
 {
 	if (!mw->bound)
 		return;
-	tpt_revoke(ctx, mw->slot);
+	tpt_revoke(ctx, mw->slot, mw->qp);
 	tpt_free(ctx, mw->slot);
 	atomic_fetch_sub(&mw->mr->mw_bound, 1);
 	if (mw->qp_prev)

@@ -301,7 +301,7 @@ void soft_shm_qp_destroy(struct soft_qp *qp)
 	qp->shm_seg_fd = -1;
 }
 
-void soft_shm_quiesce(struct soft_ctx *ctx, uint32_t slot)
+void soft_shm_quiesce(struct soft_ctx *ctx, uint32_t slot, struct soft_qp *qp)
 {
 	struct shm_ctx *sc = atomic_load_explicit(
 		(void *_Atomic *)&ctx->shm_priv, memory_order_acquire);
@@ -309,8 +309,16 @@ void soft_shm_quiesce(struct soft_ctx *ctx, uint32_t slot)
 	if (!sc)
 		return;
 	pthread_mutex_lock(&sc->seg_lock);
-	for (uint32_t i = 0; i < sc->n_segs; i++)
-		wait_active(own_seg(sc->segs[i]), slot + 1);
+	if (qp) {
+		/* Its segment is in segs[] until soft_shm_qp_destroy, which
+		 * a QP's destroy calls after it unbound its windows; a QP
+		 * of the tcp transport has none (no shm accessor). */
+		if (qp->shm_seg)
+			wait_active(own_seg(qp), slot + 1);
+	} else {
+		for (uint32_t i = 0; i < sc->n_segs; i++)
+			wait_active(own_seg(sc->segs[i]), slot + 1);
+	}
 	pthread_mutex_unlock(&sc->seg_lock);
 }
 

@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,14 +80,18 @@ static void usage_load(FILE *f)
 		"          [--rate R] [-d SECONDS] [-k K] [-s SIZE] "
 		"[--modes LIST] [--provider P] [--device D]\n"
 		"          [--transport shm|tcp|auto] [--csv] [--json FILE] "
-		"[--plot FILE.svg] [--hog[=N]]\n"
+		"[--plot FILE.svg]\n"
+		"          [--hog[=N]] [--hog-hold] [--hog-nice N]\n"
 		"  defaults: 2 client processes x 2 threads, 1 server "
 		"thread, server-wait spin, closed loop\n"
 		"  (--rate: sessions/s per client thread, open loop), 3 s "
 		"per mode, K 4 writes of SIZE 1K,\n"
 		"  --hog: a client from " LOAD_HOG_ADDR " holds N sessions "
-		"(default: the per-address bound) and asks for more;\n"
-		"  each tollfree mode runs without it, then with it\n"
+		"(default: the per-address bound), opened before\n"
+		"  the others start, and asks for more, back to back "
+		"(--hog-hold: it does not ask); each tollfree mode\n"
+		"  runs without it, then with it; --hog-nice N: the hog "
+		"runs at nice N (0 to 19; default 0)\n"
 		"  every mode: ",
 		prog);
 	bench_print_names(f, &load_modes[0].name, sizeof(load_modes[0]),
@@ -142,6 +147,8 @@ enum {
 	OPT_SERVER_WAIT,
 	OPT_RATE,
 	OPT_HOG,
+	OPT_HOG_HOLD,
+	OPT_HOG_NICE,
 };
 
 static const struct option load_long[] = {
@@ -155,6 +162,8 @@ static const struct option load_long[] = {
 	{"server-wait", required_argument, NULL, OPT_SERVER_WAIT},
 	{"rate", required_argument, NULL, OPT_RATE},
 	{"hog", optional_argument, NULL, OPT_HOG},
+	{"hog-hold", no_argument, NULL, OPT_HOG_HOLD},
+	{"hog-nice", required_argument, NULL, OPT_HOG_NICE},
 	BENCH_COMMON_OPTS,
 	BENCH_TRANSPORT_OPT,
 	{"plot", required_argument, NULL, OPT_PLOT},
@@ -230,6 +239,21 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 						  LOAD_MAX_HOG, &o->hog))
 				return -1;
 			break;
+		case OPT_HOG_HOLD:
+			o->hog_hold = true;
+			break;
+		case OPT_HOG_NICE: {
+			unsigned v;
+
+			if (parse_uint(optarg, "--hog-nice", 0, &v))
+				return -1;
+			if (v > 19) {
+				fail("--hog-nice: 0 to 19");
+				return -1;
+			}
+			o->hog_nice = (int)v;
+			break;
+		}
 		case OPT_PLOT:
 			o->plot = optarg;
 			break;
@@ -351,6 +375,11 @@ static int start_hog(struct run *rn)
 		prog = "tollfree-bench (hog)";
 		if (setenv("TOLLFREE_SESSION_SOURCE_ADDR", LOAD_HOG_ADDR, 1)) {
 			fail("hog: setenv: %m");
+			_exit(1);
+		}
+		if (rn->o->hog_nice &&
+		    setpriority(PRIO_PROCESS, 0, rn->o->hog_nice)) {
+			fail("hog: setpriority: %m");
 			_exit(1);
 		}
 		ret = load_hog(rn->o, sv[1], rn->port, rn->grant);
@@ -656,11 +685,13 @@ static void print_hog(struct run *rn, const struct report *r, char *json,
 	size_t jl = strlen(json);
 
 	printf("hog: %u sessions asked for from %s, per-address bound %u "
-	       "(%s)\n",
+	       "(%s), %s, nice %d\n",
 	       o->hog, LOAD_HOG_ADDR, o->bound,
 	       getenv("TOLLFREE_SESSION_MAX_SESSIONS_PEER")
 		       ? "TOLLFREE_SESSION_MAX_SESSIONS_PEER"
-		       : "the library's default");
+		       : "the library's default",
+	       o->hog_hold ? "held, no more asked" : "more asked back to back",
+	       o->hog_nice);
 	for (unsigned md = 0; md < LOAD_NMODES; md++) {
 		const struct bench_row *a = NULL, *b = NULL;
 

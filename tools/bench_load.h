@@ -48,6 +48,8 @@ struct load_opts {
 	bool server_sleep; /* --server-wait sleep */
 	unsigned hog;	   /* --hog: sessions the hog holds; 0: no hog */
 	unsigned bound;	   /* --hog: the server's per-address bound */
+	bool hog_hold;	   /* --hog-hold: holds them, asks for no more */
+	int hog_nice;	   /* --hog-nice: the hog's nice value */
 };
 
 /* The library's default TOLLFREE_SESSION_MAX_SESSIONS_PEER, which the

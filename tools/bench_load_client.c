@@ -375,11 +375,14 @@ int load_client(const struct load_opts *o, int ch, uint16_t port,
 /*
  * The hog: one process whose node connects from LOAD_HOG_ADDR (set by the
  * parent in this process before its first tf_ call: the library reads its
- * configuration once per process).  For each mode, from t0 to t_end, it
- * opens kept sessions (each attached and waited for the server's
- * exposure of K * SIZE bytes) until it holds --hog of them, and keeps
- * asking for one more, back to back: past the server's per-address bound
- * every ask is refused, and counted.  It closes them all at t_end.
+ * configuration once per process).  For each mode it opens kept sessions
+ * (each attached and waited for the server's exposure of K * SIZE bytes)
+ * until it holds --hog of them, as soon as the mode's command comes: the
+ * other clients start at t0, LOAD_START_NS later, so that they run
+ * against a server whose bound is already held (its opening is not what
+ * is measured).  From t0 to t_end it keeps asking for one more, back to
+ * back (not with --hog-hold): past the server's per-address bound every
+ * ask is refused, and counted.  It closes them all at t_end.
  */
 static int hog_mode(const struct load_opts *o, tf_node_t *node, void *buf,
 		    uint16_t port, tf_session_t **held,
@@ -390,7 +393,6 @@ static int hog_mode(const struct load_opts *o, tf_node_t *node, void *buf,
 	size_t n = 0;
 
 	memset(res, 0, sizeof(*res));
-	sleep_until(cmd->t0);
 	while (now_ns() < cmd->t_end) {
 		tf_session_t *s = NULL;
 		int b, ret;
@@ -412,11 +414,17 @@ static int hog_mode(const struct load_opts *o, tf_node_t *node, void *buf,
 		}
 		if (ret) {
 			tf_session_close(s);
+			/* Refused before t0: held all it could. */
+			if (ret == -EUSERS)
+				sleep_until(cmd->t0);
 			continue;
 		}
 		held[n++] = s;
 		if (n > res->held)
 			res->held = n;
+		/* All it holds: asks start with the others. */
+		if (n == o->hog)
+			sleep_until(o->hog_hold ? cmd->t_end : cmd->t0);
 		/* One more than asked for: the bound was not met; hold
 		 * them to the end. */
 		if (n == (size_t)o->hog + 1)

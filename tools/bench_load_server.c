@@ -35,6 +35,11 @@
  * provider ran out of QPs).  A thread that stops short of -EAGAIN comes
  * back without sleeping: only that return re-arms the listener's fd. */
 #define ACCEPT_BATCH 16
+/* A spinning thread polls its hot sessions on every turn; one that had
+ * nothing for this long is armed and left to the epoll set (looked at
+ * every LOOK_NS) until its fd fires.  A client that holds sessions open
+ * and idle (the hog) would otherwise slow every turn by their number. */
+#define COLD_NS 1000000ull
 
 #define TAG_KICK     1
 #define TAG_LISTENER 2
@@ -48,8 +53,11 @@ struct lsrv;
 /* An open session in its slot; a slot keeps its index (the epoll tag of
  * the session's fd) while the session is open. */
 struct lsrv_sess {
-	tf_session_t *s; /* NULL: a free slot */
-	bool due;	 /* sleep: in the thread's due list */
+	tf_session_t *s;    /* NULL: a free slot */
+	bool due;	    /* sleep: in the thread's due list */
+	bool cold;	    /* spin: armed, polled only when its fd fires */
+	bool watched;	    /* its fd is in the thread's epoll set */
+	uint64_t active_ns; /* spin: when it last had something */
 };
 
 struct lsrv_tcp {
@@ -196,6 +204,9 @@ static bool thr_accept_on(struct lsrv_thr *t, tf_listener_t *l)
 			t->sess[i].due = true;
 		}
 		t->sess[i].s = s;
+		t->sess[i].watched = t->sv->o->server_sleep;
+		t->sess[i].cold = false;
+		t->sess[i].active_ns = now_ns();
 		t->nsess++;
 	}
 	return true;
@@ -226,47 +237,76 @@ static bool thr_accept(struct lsrv_thr *t, const struct epoll_event *evs, int n)
 /* Reap session slot @i (this is also the progress that the soft tcp
  * transport needs for the client's writes); a session the peer closed is
  * revoked and closed.  @arm (sleep): then arm its fd, and reap again as
- * long as the arm finds something, so that the thread may sleep after. */
-static void thr_serve_one(struct lsrv_thr *t, uint32_t i, bool arm)
+ * long as the arm finds something, so that the thread may sleep after.
+ * Whether it found anything (or closed the session). */
+static bool thr_serve_one(struct lsrv_thr *t, uint32_t i, bool arm)
 {
 	tf_session_t *s = t->sess[i].s;
 	struct tf_wc wc[16];
+	bool got = false;
 	int n, st;
 
 	for (;;) {
 		do {
 			n = tf_session_poll(s, 16, wc);
+			got = got || n > 0;
 		} while (n > 0);
 		st = tf_session_state(s);
 		if (n < 0 || st == TF_SESSION_PEER_CLOSED ||
 		    st == TF_SESSION_BROKEN)
 			break;
 		if (!arm)
-			return;
+			return got;
 		n = tf_session_arm(s);
 		if (n == 0)
-			return;
+			return got;
 		if (n < 0)
 			break;
 	}
 	/* Out of the epoll set before close: the fd is the connection's,
 	 * which a kept connection keeps open. */
-	if (arm)
+	if (t->sess[i].watched)
 		epoll_ctl(t->epfd, EPOLL_CTL_DEL, tf_session_fd(s), NULL);
 	if (n < 0 || st == TF_SESSION_BROKEN || tf_session_revoke(s))
 		thr_failed(t);
 	tf_session_close(s);
 	t->sess[i].s = NULL;
+	t->sess[i].watched = t->sess[i].cold = false;
 	t->free_slot[t->nfree++] = i;
 	t->nsess--;
+	return true;
 }
 
-/* Spin: every open session, on every turn. */
+/* Spin: session slot @i had nothing for COLD_NS: arm it and leave it to
+ * the epoll set, unless the arm's look found something. */
+static void thr_cool(struct lsrv_thr *t, uint32_t i)
+{
+	struct lsrv_sess *x = &t->sess[i];
+	int fd;
+
+	if (tf_session_arm(x->s))
+		return; /* something came (or an error): served next turn */
+	fd = tf_session_fd(x->s);
+	if (fd < 0 || epoll_add(t->epfd, fd, TAG_SESS + 8 * (uint64_t)i))
+		return;
+	x->watched = x->cold = true;
+}
+
+/* Spin: every hot session, on every turn. */
 static void thr_serve(struct lsrv_thr *t)
 {
-	for (uint32_t i = 0; i < t->nslot && t->nsess; i++)
-		if (t->sess[i].s)
-			thr_serve_one(t, i, false);
+	uint64_t now = now_ns();
+
+	for (uint32_t i = 0; i < t->nslot && t->nsess; i++) {
+		struct lsrv_sess *x = &t->sess[i];
+
+		if (!x->s || x->cold)
+			continue;
+		if (thr_serve_one(t, i, false))
+			x->active_ns = now;
+		else if (now - x->active_ns >= COLD_NS)
+			thr_cool(t, i);
+	}
 }
 
 /* Sleep: the sessions whose fd woke the thread, and the new ones; each
@@ -373,6 +413,17 @@ static void thr_events(struct lsrv_thr *t, const struct epoll_event *evs, int n,
 		} else if (tag % 8 == TAG_TCP_CONN && i < t->ntcp &&
 			   t->tcp[i].fd >= 0) {
 			thr_tcp_echo(t, &t->tcp[i], spin_echo);
+		} else if (tag % 8 == TAG_SESS && i < t->nslot &&
+			   t->sess[i].s && t->sess[i].cold) {
+			/* Spin: a cold session's fd fired: hot again, and out
+			 * of the set (its fd stays readable until the next
+			 * arm). */
+			struct lsrv_sess *x = &t->sess[i];
+
+			epoll_ctl(t->epfd, EPOLL_CTL_DEL, tf_session_fd(x->s),
+				  NULL);
+			x->watched = x->cold = false;
+			x->active_ns = now_ns();
 		} else if (tag % 8 == TAG_SESS && i < t->nslot &&
 			   t->sess[i].s && !t->sess[i].due) {
 			t->sess[i].due = true;

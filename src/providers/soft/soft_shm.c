@@ -80,7 +80,8 @@ bool soft_shm_need_progress(struct soft_ctx *ctx)
 
 /*
  * Look at one QP of the context: its inbound work (messages, the peer's
- * error flag), its acknowledgements, its peer's liveness when @check.
+ * error flag), its acknowledgements, its peer's liveness when @check (the
+ * liveness pass's number; 0: not a liveness pass).
  * Adds the QP to @keep when progress is to visit it again without
  * a doorbell (messages in flight, a stalled RNR, its lock was busy, or a
  * connect still under way).  Cheap for a QP with nothing to see.
@@ -102,7 +103,7 @@ static void keep_qp(struct shm_keep *k, uint32_t qpn)
 	k->bits[w] |= shm_bit_mask(qpn);
 }
 
-static int shm_visit(struct soft_qp *qp, bool check, struct shm_keep *keep)
+static int shm_visit(struct soft_qp *qp, uint64_t check, struct shm_keep *keep)
 {
 	uint32_t qpn = SOFT_READ_ONCE(qp->base.qpn);
 	struct shm_qp *h;
@@ -183,14 +184,15 @@ static int shm_progress(struct soft_ctx *ctx)
 	struct shm_ctx *sc = ctx->shm_priv;
 	struct shm_keep keep;
 	uint64_t db, db_prev, pending;
-	bool check = false, rung;
+	uint64_t check = 0;
+	bool rung;
 	int n = 0;
 
 	if (liveness_due(ctx, sc)) {
 		atomic_store_explicit(&sc->next_check_ns,
 				      tf__now_ns() + SHM_LIVENESS_NS,
 				      memory_order_relaxed);
-		check = true;
+		check = ++sc->check_pass;
 		if (atomic_load_explicit(&sc->n_idle, memory_order_relaxed))
 			soft_shm_sweep_idle(ctx);
 	}
@@ -219,7 +221,7 @@ static int shm_progress(struct soft_ctx *ctx)
 						 memory_order_acq_rel);
 		}
 		for (uint32_t i = 0; i < ctx->n_qps; i++)
-			n += shm_visit(ctx->qps[i], true, &keep);
+			n += shm_visit(ctx->qps[i], check, &keep);
 		goto out;
 	}
 	for (uint32_t w = 0; w < SOFT_MAX_QP / 64; w++) {
@@ -240,7 +242,7 @@ static int shm_progress(struct soft_ctx *ctx)
 
 			bits &= bits - 1;
 			if (qp)
-				n += shm_visit(qp, false, &keep);
+				n += shm_visit(qp, 0, &keep);
 		}
 	}
 out:

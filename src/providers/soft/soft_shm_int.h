@@ -183,7 +183,8 @@ struct shm_peer {
 			      * -2 cannot be opened */
 	int refs;
 	_Atomic bool dead;
-	struct soft_tpt_ctl *ctl;	/* read-write page */
+	uint64_t checked_pass;	  /* soft_shm_peer_dead_pass; progress_lock */
+	struct soft_tpt_ctl *ctl; /* read-write page */
 	const struct soft_tpt_hdr *tpt; /* read-only */
 	size_t tpt_size;
 	uint32_t mask;
@@ -246,6 +247,7 @@ struct shm_ctx {
 	/* pidfd_getfd refused (old kernel, Yama): open /proc/<pid>/fd/<n>. */
 	_Atomic bool no_getfd;
 	_Atomic uint64_t next_check_ns;
+	uint64_t check_pass;	  /* liveness passes so far; progress_lock */
 	_Atomic uint64_t db_seen; /* doorbell value progress acted on */
 	/* Which QPs (bit qpn % SOFT_MAX_QP) have work of their own to watch
 	 * for (messages in flight, a stalled RNR, a trylock that failed):
@@ -312,6 +314,11 @@ int soft_shm_qp_addr(struct soft_qp *qp, struct soft_peer_addr *me);
 int soft_shm_connect(struct soft_qp *qp);
 void soft_shm_qp_fini(struct soft_qp *qp);
 bool soft_shm_peer_dead(struct shm_peer *p);
+/* The same, once per liveness pass @pass (progress_lock held): a peer's
+ * pidfd is polled once per pass however many of its QPs the pass visits,
+ * so a peer holding hundreds of QPs costs one system call per pass, not
+ * one per QP. */
+bool soft_shm_peer_dead_pass(struct shm_peer *p, uint64_t pass);
 /* Let go of kept peer contexts that died or closed (progress, every few
  * ms while some are kept; a no-op if ctx->lock is busy). */
 void soft_shm_sweep_idle(struct soft_ctx *ctx);
@@ -418,8 +425,10 @@ enum tf_wc_status soft_shm_one_sided(struct soft_qp *qp, struct shm_qp *s,
 int soft_shm_ring_send(struct soft_qp *qp, struct shm_qp *s,
 		       struct soft_swqe *wqe);
 /* Inbound work of one connected QP in RTS: the peer's failed access
- * check, its death (when @check_peer), our acks and NAKs, our inbound
- * ring.  Returns the number of events.  qp->lock held. */
-int soft_shm_qp_progress(struct soft_qp *qp, struct shm_qp *s, bool check_peer);
+ * check, its death (when @check_pass, the liveness pass's number, is not
+ * 0), our acks and NAKs, our inbound ring.  Returns the number of events.
+ * qp->lock held. */
+int soft_shm_qp_progress(struct soft_qp *qp, struct shm_qp *s,
+			 uint64_t check_pass);
 
 #endif /* TOLLFREE_SOFT_SHM_INT_H */

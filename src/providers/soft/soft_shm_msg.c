@@ -400,7 +400,8 @@ static int rx_progress_one(struct soft_qp *qp, struct shm_qp *s)
 	return n;
 }
 
-int soft_shm_qp_progress(struct soft_qp *qp, struct shm_qp *s, bool check_peer)
+int soft_shm_qp_progress(struct soft_qp *qp, struct shm_qp *s,
+			 uint64_t check_pass)
 {
 	struct shm_seg *seg = own_seg(qp);
 	int n = 0;
@@ -414,7 +415,7 @@ int soft_shm_qp_progress(struct soft_qp *qp, struct shm_qp *s, bool check_peer)
 		soft_engine_qp_error(qp, TF_WC_WR_FLUSH_ERR);
 		return 1;
 	}
-	if (check_peer && soft_shm_peer_dead(s->peer)) {
+	if (check_pass && soft_shm_peer_dead_pass(s->peer, check_pass)) {
 		/* Its segment stays mapped: take the acks and NAKs it wrote
 		 * before it exited first, then fail what is left. */
 		if (s->n_inflight)

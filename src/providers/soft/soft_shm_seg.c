@@ -748,6 +748,14 @@ bool soft_shm_peer_dead(struct shm_peer *p)
 	return atomic_load_explicit(&p->dead, memory_order_relaxed);
 }
 
+bool soft_shm_peer_dead_pass(struct shm_peer *p, uint64_t pass)
+{
+	if (p->checked_pass == pass)
+		return atomic_load_explicit(&p->dead, memory_order_relaxed);
+	p->checked_pass = pass;
+	return soft_shm_peer_dead(p);
+}
+
 /* Mapping a region on first use: see soft_shm_int.h. */
 uint8_t *soft_shm_peer_map(struct shm_peer *p, int32_t idx, uint32_t gen,
 			   uint64_t *size_p)

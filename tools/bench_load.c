@@ -81,7 +81,8 @@ static void usage_load(FILE *f)
 		"[--modes LIST] [--provider P] [--device D]\n"
 		"          [--transport shm|tcp|auto] [--csv] [--json FILE] "
 		"[--plot FILE.svg]\n"
-		"          [--hog[=N]] [--hog-hold] [--hog-nice N]\n"
+		"          [--hog[=N]] [--hog-hold] [--hog-nice N] "
+		"[--client-spin-us N|auto]\n"
 		"  defaults: 2 client processes x 2 threads, 1 server "
 		"thread, server-wait spin, closed loop\n"
 		"  (--rate: sessions/s per client thread, open loop), 3 s "
@@ -92,6 +93,8 @@ static void usage_load(FILE *f)
 		"(--hog-hold: it does not ask); each tollfree mode\n"
 		"  runs without it, then with it; --hog-nice N: the hog "
 		"runs at nice N (0 to 19; default 0)\n"
+		"  --client-spin-us: the clients' TOLLFREE_POLL_SPIN_US "
+		"(auto: 0 where client threads outnumber CPUs)\n"
 		"  every mode: ",
 		prog);
 	bench_print_names(f, &load_modes[0].name, sizeof(load_modes[0]),
@@ -149,6 +152,7 @@ enum {
 	OPT_HOG,
 	OPT_HOG_HOLD,
 	OPT_HOG_NICE,
+	OPT_CLIENT_SPIN,
 };
 
 static const struct option load_long[] = {
@@ -164,12 +168,34 @@ static const struct option load_long[] = {
 	{"hog", optional_argument, NULL, OPT_HOG},
 	{"hog-hold", no_argument, NULL, OPT_HOG_HOLD},
 	{"hog-nice", required_argument, NULL, OPT_HOG_NICE},
+	{"client-spin-us", required_argument, NULL, OPT_CLIENT_SPIN},
 	BENCH_COMMON_OPTS,
 	BENCH_TRANSPORT_OPT,
 	{"plot", required_argument, NULL, OPT_PLOT},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
+
+/*
+ * --client-spin-us auto (the default): where the client threads alone
+ * outnumber the online CPUs, a wait that busy-polls holds a CPU that
+ * another client thread (or the server) needs, so the clients sleep at
+ * once (TOLLFREE_POLL_SPIN_US 0), as Open MPI stops busy-waiting when
+ * oversubscribed, and as the blocking TCP references' clients do.
+ * Otherwise, or where the user set TOLLFREE_POLL_SPIN_US, they keep it.
+ */
+static void client_spin_auto(struct load_opts *o)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (o->client_spin && strcmp(o->client_spin, "auto"))
+		return;
+	o->client_spin = NULL;
+	if (getenv("TOLLFREE_POLL_SPIN_US"))
+		return;
+	if (cpus > 0 && (uint64_t)o->clients * o->threads > (uint64_t)cpus)
+		o->client_spin = "0";
+}
 
 static int load_parse(int argc, char **argv, struct load_opts *o)
 {
@@ -254,6 +280,20 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 			o->hog_nice = (int)v;
 			break;
 		}
+		case OPT_CLIENT_SPIN:
+			if (strcmp(optarg, "auto")) {
+				unsigned v;
+
+				if (parse_uint(optarg, "--client-spin-us", 0,
+					       &v))
+					return -1;
+				snprintf(o->client_spin_buf,
+					 sizeof(o->client_spin_buf), "%u", v);
+				o->client_spin = o->client_spin_buf;
+			} else {
+				o->client_spin = "auto";
+			}
+			break;
 		case OPT_PLOT:
 			o->plot = optarg;
 			break;
@@ -269,6 +309,7 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 		     CRR_MAX_SIZE);
 		return -1;
 	}
+	client_spin_auto(o);
 	return o->hog ? hog_bound(o) : 0;
 }
 
@@ -418,6 +459,12 @@ static int start_clients(struct run *rn)
 			for (unsigned j = 0; j < rn->ncli; j++)
 				close(rn->ch[j]);
 			prog = "tollfree-bench (client)";
+			if (rn->o->client_spin &&
+			    setenv("TOLLFREE_POLL_SPIN_US", rn->o->client_spin,
+				   1)) {
+				fail("client: setenv: %m");
+				_exit(1);
+			}
 			ret = load_client(rn->o, sv[1], rn->port, rn->grant,
 					  rn->tcp, i);
 			fflush(NULL);
@@ -803,7 +850,7 @@ int cmd_load(int argc, char **argv)
 		.o = &o, .server = -1, .ctl = -1, .hog = -1, .hog_ch = -1};
 	struct report r = {
 		.bench = "load", .layout = LAYOUT_MODES, .load = true};
-	char extra[400], json_extra[512], loop[48], hogl[96] = "";
+	char extra[480], json_extra[512], loop[48], hogl[96] = "", spinl[64];
 	tf_context_t *ctx = NULL;
 	int ret;
 
@@ -831,22 +878,38 @@ int cmd_load(int argc, char **argv)
 			 o.rate);
 	else
 		snprintf(loop, sizeof(loop), "closed loop");
+	if (o.client_spin) {
+		snprintf(spinl, sizeof(spinl), "%s us%s", o.client_spin,
+			 o.client_spin == o.client_spin_buf
+				 ? ""
+				 : " (client threads outnumber CPUs)");
+	} else {
+		char v[16] = "?";
+
+		/* This process's value is the clients' (same environment). */
+		tf_config_get("POLL_SPIN_US", v, sizeof(v));
+		snprintf(spinl, sizeof(spinl), "%s us (%s)", v,
+			 getenv("TOLLFREE_POLL_SPIN_US")
+				 ? "TOLLFREE_POLL_SPIN_US"
+				 : "the library's default");
+	}
 	snprintf(extra, sizeof(extra),
 		 "\n%sclients: %u x %u threads  server threads: %u  "
 		 "server-wait: %s  %s%s\n%sK: %u  S: %" PRIu64
-		 " B  duration/mode: %u s%s",
+		 " B  duration/mode: %u s  clients' wait spin: %s%s",
 		 o.cm.csv ? "# " : "", o.clients, o.threads, o.sthreads,
 		 o.server_sleep ? "sleep" : "spin", loop,
 		 o.sthreads == 1 && o.clients * o.threads == 1
 			 ? "  (pinned: first two CPUs)"
 			 : "",
-		 o.cm.csv ? "# " : "", o.k, o.size, o.duration_s, hogl);
+		 o.cm.csv ? "# " : "", o.k, o.size, o.duration_s, spinl, hogl);
 	snprintf(json_extra, sizeof(json_extra),
 		 ",\"clients\":%u,\"threads\":%u,\"server_threads\":%u,"
 		 "\"server_wait\":\"%s\",\"rate_per_thread\":%g,"
-		 "\"duration_s\":%u",
+		 "\"duration_s\":%u,\"client_spin_us\":\"%s\"",
 		 o.clients, o.threads, o.sthreads,
-		 o.server_sleep ? "sleep" : "spin", o.rate, o.duration_s);
+		 o.server_sleep ? "sleep" : "spin", o.rate, o.duration_s,
+		 spinl);
 	r.json_extra = json_extra;
 	r.size = o.size;
 	r.transfers = o.k;

@@ -19,6 +19,7 @@
 #include <sched.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "session_int.h"
 
@@ -759,6 +760,26 @@ static void drain(struct tf_session *s)
 		s->c->broken = true;
 }
 
+/*
+ * Whether the client that closed this session on the connection's socket
+ * (its first session) has ended the connection too: its FIN is already
+ * here.  A client that keeps no connections (TF_SESSION_NO_REUSE, or a
+ * node without them) sends CLOSE and closes its socket at once; the
+ * server then ends the connection now, without a CLOSE of its own that
+ * nobody reads, and without keeping a socket only to find its end in
+ * another wake-up while the client's next connection waits to be
+ * accepted.  Sessions on the control QP are a kept connection's: their
+ * client keeps it, and nobody looks.
+ */
+static bool peer_left(const struct tf_session *s)
+{
+	char b;
+
+	return s->server && s->peer_closed &&
+	       tf__sess_channel(s) == TF_WIRE_CH_SOCK &&
+	       recv(s->c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 void tf_session_close(tf_session_t *s)
 {
 	struct tf_node *node;
@@ -781,7 +802,9 @@ void tf_session_close(tf_session_t *s)
 	for (int i = 0; i < s->n_bufs; i++)
 		release_buf(s, &s->bufs[i]);
 	keep = node->qp_cache && !c->no_keep;
-	if (s->deferred) {
+	if (!s->deferred && !s->broken && peer_left(s)) {
+		keep = false;
+	} else if (s->deferred) {
 		/* Never established: the client gets a refusal. */
 		struct tf_wire_msg m;
 

@@ -170,7 +170,16 @@ int tf_session_poll(tf_session_t *s, int n, struct tf_wc *wc)
 
 	if (!s || n <= 0 || !wc)
 		return -EINVAL;
-	tf__sess_ctrl_step(s);
+	if (s->qctl) {
+		tf__sess_ctrl_step(s);
+	} else {
+		uint64_t now = tf__now_ns();
+
+		if (now - s->c->tcp_check_ns >= TF_SOCK_POLL_NS) {
+			s->c->tcp_check_ns = now;
+			tf__sess_ctrl_step(s);
+		}
+	}
 	while (got < n && s->n_stash) {
 		wc[got++] = s->stash[s->stash_head];
 		s->stash_head = (s->stash_head + 1) % s->stash_cap;

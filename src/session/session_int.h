@@ -36,8 +36,13 @@
  */
 #define TF_CTL_SLOT 1600
 /* How often a session on the control QP looks at its socket for the
- * peer's end (a system call; on the socket path every poll read it). */
+ * peer's end (a system call). */
 #define TF_CTL_SOCKET_CHECK_NS 100000ull
+/* How often tf_session_poll reads the socket of a session whose control
+ * messages travel there (a connection's first session): a system call
+ * on every poll cost more than the operations polled for.  Waits, state
+ * and exposure queries read it every time. */
+#define TF_SOCK_POLL_NS 20000ull
 /* A wait for a control message yields this long after its spin, then
  * sleeps (ctl.c). */
 #define TF_CTL_YIELD_NS 1000000ull
@@ -135,7 +140,8 @@ struct tf_conn {
 	struct tf_ctl ctl;
 	/* The memory of this connection's last session, for the next. */
 	struct tf_session *spare;
-	uint64_t tcp_check_ns; /* last look at the socket (QP control) */
+	uint64_t tcp_check_ns; /* last look at the socket (tf_session_poll,
+				* and the control QP's end check) */
 	bool sock_watched;     /* listener: its socket is in the epoll set */
 	bool ctl_watched;      /* idle: its control CQ is in the epoll set */
 	bool ctl_armed;	       /* idle: its control CQ's fd is armed */

@@ -418,6 +418,12 @@ static int start_hog(struct run *rn)
 			fail("hog: setenv: %m");
 			_exit(1);
 		}
+		/* A client like the others: it waits as they do. */
+		if (rn->o->client_spin &&
+		    setenv("TOLLFREE_POLL_SPIN_US", rn->o->client_spin, 1)) {
+			fail("hog: setenv: %m");
+			_exit(1);
+		}
 		if (rn->o->hog_nice &&
 		    setpriority(PRIO_PROCESS, 0, rn->o->hog_nice)) {
 			fail("hog: setpriority: %m");

@@ -40,8 +40,9 @@
 #define TF_CTL_SOCKET_CHECK_NS 100000ull
 /* How often tf_session_poll reads the socket of a session whose control
  * messages travel there (a connection's first session): a system call
- * on every poll cost more than the operations polled for.  Waits, state
- * and exposure queries read it every time. */
+ * on every poll cost more than the operations polled for.  State and
+ * exposure queries and tf_session_wait_peer read it every time, and
+ * tf_session_wait (which polls) at once after it slept. */
 #define TF_SOCK_POLL_NS 20000ull
 /* A wait for a control message yields this long after its spin, then
  * sleeps (ctl.c). */

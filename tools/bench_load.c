@@ -83,6 +83,7 @@ static void usage_load(FILE *f)
 		"[--plot FILE.svg]\n"
 		"          [--hog[=N]] [--hog-hold] [--hog-nice N] "
 		"[--client-spin-us N|auto]\n"
+		"          [--server-nodes shared|thread] [--grant-depth N]\n"
 		"  defaults: 2 client processes x 2 threads, 1 server "
 		"thread, server-wait spin, closed loop\n"
 		"  (--rate: sessions/s per client thread, open loop), 3 s "
@@ -95,6 +96,10 @@ static void usage_load(FILE *f)
 		"runs at nice N (0 to 19; default 0)\n"
 		"  --client-spin-us: the clients' TOLLFREE_POLL_SPIN_US "
 		"(auto: 0 where client threads outnumber CPUs)\n"
+		"  --server-nodes thread: each server thread has a context "
+		"and node of its own (default: one shared)\n"
+		"  --grant-depth N: grants a kept connection holds ahead in "
+		"pool+mw/grant (1 to 8; default: the library's, 2)\n"
 		"  every mode: ",
 		prog);
 	bench_print_names(f, &load_modes[0].name, sizeof(load_modes[0]),
@@ -153,6 +158,8 @@ enum {
 	OPT_HOG_HOLD,
 	OPT_HOG_NICE,
 	OPT_CLIENT_SPIN,
+	OPT_SERVER_NODES,
+	OPT_GRANT_DEPTH,
 };
 
 static const struct option load_long[] = {
@@ -169,6 +176,8 @@ static const struct option load_long[] = {
 	{"hog-hold", no_argument, NULL, OPT_HOG_HOLD},
 	{"hog-nice", required_argument, NULL, OPT_HOG_NICE},
 	{"client-spin-us", required_argument, NULL, OPT_CLIENT_SPIN},
+	{"server-nodes", required_argument, NULL, OPT_SERVER_NODES},
+	{"grant-depth", required_argument, NULL, OPT_GRANT_DEPTH},
 	BENCH_COMMON_OPTS,
 	BENCH_TRANSPORT_OPT,
 	{"plot", required_argument, NULL, OPT_PLOT},
@@ -292,6 +301,20 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 				o->client_spin = o->client_spin_buf;
 			} else {
 				o->client_spin = "auto";
+			}
+			break;
+		case OPT_GRANT_DEPTH:
+			if (parse_count(optarg, "--grant-depth",
+					TF_LISTENER_MAX_GRANT_DEPTH,
+					&o->grant_depth))
+				return -1;
+			break;
+		case OPT_SERVER_NODES:
+			if (!strcmp(optarg, "thread")) {
+				o->server_node_per_thread = true;
+			} else if (strcmp(optarg, "shared")) {
+				fail("--server-nodes: shared or thread");
+				return -1;
 			}
 			break;
 		case OPT_PLOT:
@@ -856,7 +879,8 @@ int cmd_load(int argc, char **argv)
 		.o = &o, .server = -1, .ctl = -1, .hog = -1, .hog_ch = -1};
 	struct report r = {
 		.bench = "load", .layout = LAYOUT_MODES, .load = true};
-	char extra[480], json_extra[512], loop[48], hogl[96] = "", spinl[64];
+	char extra[512], json_extra[512], loop[48], hogl[96] = "", spinl[64];
+	char gdl[32] = "";
 	tf_context_t *ctx = NULL;
 	int ret;
 
@@ -884,6 +908,8 @@ int cmd_load(int argc, char **argv)
 			 o.rate);
 	else
 		snprintf(loop, sizeof(loop), "closed loop");
+	if (o.grant_depth)
+		snprintf(gdl, sizeof(gdl), "  grant depth: %u", o.grant_depth);
 	if (o.client_spin) {
 		snprintf(spinl, sizeof(spinl), "%s us%s", o.client_spin,
 			 o.client_spin == o.client_spin_buf
@@ -902,20 +928,24 @@ int cmd_load(int argc, char **argv)
 	snprintf(extra, sizeof(extra),
 		 "\n%sclients: %u x %u threads  server threads: %u  "
 		 "server-wait: %s  %s%s\n%sK: %u  S: %" PRIu64
-		 " B  duration/mode: %u s  clients' wait spin: %s%s",
+		 " B  duration/mode: %u s  clients' wait spin: %s%s%s%s",
 		 o.cm.csv ? "# " : "", o.clients, o.threads, o.sthreads,
 		 o.server_sleep ? "sleep" : "spin", loop,
 		 o.sthreads == 1 && o.clients * o.threads == 1
 			 ? "  (pinned: first two CPUs)"
 			 : "",
-		 o.cm.csv ? "# " : "", o.k, o.size, o.duration_s, spinl, hogl);
+		 o.cm.csv ? "# " : "", o.k, o.size, o.duration_s, spinl,
+		 o.server_node_per_thread ? "  server nodes: one per thread"
+					  : "",
+		 gdl, hogl);
 	snprintf(json_extra, sizeof(json_extra),
 		 ",\"clients\":%u,\"threads\":%u,\"server_threads\":%u,"
 		 "\"server_wait\":\"%s\",\"rate_per_thread\":%g,"
-		 "\"duration_s\":%u,\"client_spin_us\":\"%s\"",
+		 "\"duration_s\":%u,\"client_spin_us\":\"%s\","
+		 "\"server_nodes\":\"%s\",\"grant_depth\":%u",
 		 o.clients, o.threads, o.sthreads,
-		 o.server_sleep ? "sleep" : "spin", o.rate, o.duration_s,
-		 spinl);
+		 o.server_sleep ? "sleep" : "spin", o.rate, o.duration_s, spinl,
+		 o.server_node_per_thread ? "thread" : "shared", o.grant_depth);
 	r.json_extra = json_extra;
 	r.size = o.size;
 	r.transfers = o.k;

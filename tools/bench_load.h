@@ -53,6 +53,8 @@ struct load_opts {
 	/* --client-spin-us: TOLLFREE_POLL_SPIN_US in the client processes;
 	 * NULL: theirs (the environment's, or the library's default). */
 	const char *client_spin;
+	bool server_node_per_thread; /* --server-nodes thread */
+	unsigned grant_depth;	     /* --grant-depth; 0: the library's */
 	char client_spin_buf[16];
 };
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * bench_load_server.c - the server of tollfree-bench load: one process,
- * one pool+mw node and S threads.  Each thread owns a tollfree listener
+ * one pool+mw node (or, --server-nodes thread, one context and node per
+ * thread: each with its own progress, stock and pool, and its own
+ * per-address bounds) and S threads.  Each thread owns a tollfree listener
  * and a TCP echo listener, both bound to ports that the S threads share
  * (SO_REUSEPORT: the kernel spreads the connections), one epoll set, and
  * the sessions and TCP connections it accepted.  The process's main
@@ -68,6 +70,8 @@ struct lsrv_tcp {
 struct lsrv_thr {
 	struct lsrv *sv;
 	pthread_t tid;
+	tf_context_t *ctx;     /* --server-nodes thread: its own */
+	tf_node_t *node;       /* the node its listeners are on */
 	tf_listener_t *l, *lg; /* lg: grants windows ahead */
 	int tcp_lfd, epfd;
 	void *buf;		       /* the exposed K * SIZE bytes */
@@ -584,6 +588,17 @@ static int thr_setup(struct lsrv *sv, unsigned i, uint16_t *port,
 		lp.flags |= TF_LISTENER_REUSEPORT;
 	t->sv = sv;
 	t->tcp_lfd = t->epfd = -1;
+	t->node = sv->node;
+	if (o->server_node_per_thread) {
+		ret = bench_open_ctx(o->cm.provider, o->cm.device,
+				     o->cm.transport, &t->ctx);
+		if (!ret)
+			ret = node_for(t->ctx, R_POOLMW, o->size, &t->node);
+		if (ret) {
+			fail("server: a thread's node: %s", tf_strerror(ret));
+			return ret;
+		}
+	}
 	t->buf = map_buf((size_t)o->size * o->k);
 	t->echo = malloc(o->size);
 	t->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -591,7 +606,7 @@ static int thr_setup(struct lsrv *sv, unsigned i, uint16_t *port,
 		fail("server: out of memory or epoll: %m");
 		return -ENOMEM;
 	}
-	ret = tf_listener_create(sv->node, &lp, &t->l);
+	ret = tf_listener_create(t->node, &lp, &t->l);
 	if (ret) {
 		fail("server: listener on port %u: %s", *port,
 		     tf_strerror(ret));
@@ -605,8 +620,9 @@ static int thr_setup(struct lsrv *sv, unsigned i, uint16_t *port,
 		lp.field_mask |= TF_LISTENER_PARAM_GRANT;
 		lp.grant_len = (size_t)o->size * o->k;
 		lp.grant_rights = TF_ACCESS_REMOTE_WRITE;
+		lp.grant_depth = o->grant_depth;
 	}
-	ret = tf_listener_create(sv->node, &lp, &t->lg);
+	ret = tf_listener_create(t->node, &lp, &t->lg);
 	if (ret) {
 		fail("server: granting listener on port %u: %s", *grant,
 		     tf_strerror(ret));
@@ -648,6 +664,10 @@ static void thr_teardown(struct lsrv_thr *t)
 	if (t->buf)
 		munmap(t->buf, (size_t)t->sv->o->size * t->sv->o->k);
 	free(t->echo);
+	if (t->ctx) {
+		tf_node_destroy(t->node);
+		tf_context_close(t->ctx);
+	}
 }
 
 /*
@@ -694,7 +714,7 @@ int load_server(const struct load_opts *o, int ctl)
 	struct load_ctl c;
 	uint16_t port = 0, grant = 0, tcp = 0;
 	unsigned started = 0, i;
-	int ret;
+	int ret = 0;
 
 	/* Pinned only in the one-to-one shape, as crr pins (the second
 	 * CPU); with many threads the scheduler places them. */
@@ -712,10 +732,12 @@ int load_server(const struct load_opts *o, int ctl)
 		ret = -ENOMEM;
 		goto out;
 	}
-	ret = bench_open_ctx(o->cm.provider, o->cm.device, o->cm.transport,
-			     &sv.ctx);
-	if (!ret)
-		ret = node_for(sv.ctx, R_POOLMW, o->size, &sv.node);
+	if (!o->server_node_per_thread) {
+		ret = bench_open_ctx(o->cm.provider, o->cm.device,
+				     o->cm.transport, &sv.ctx);
+		if (!ret)
+			ret = node_for(sv.ctx, R_POOLMW, o->size, &sv.node);
+	}
 	for (i = 0; i < o->sthreads && !ret; i++)
 		ret = thr_setup(&sv, i, &port, &grant, &tcp);
 	for (i = 0; i < o->sthreads && !ret; i++, started++) {

@@ -206,6 +206,13 @@ static void client_spin_auto(struct load_opts *o)
 		o->client_spin = "0";
 }
 
+/* Whether option argument @arg (never NULL for a required argument, but
+ * the analyzer cannot know) is @v. */
+static bool opt_is(const char *arg, const char *v)
+{
+	return arg && !strcmp(arg, v);
+}
+
 static int load_parse(int argc, char **argv, struct load_opts *o)
 {
 	char *end;
@@ -290,7 +297,9 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 			break;
 		}
 		case OPT_CLIENT_SPIN:
-			if (strcmp(optarg, "auto")) {
+			if (opt_is(optarg, "auto")) {
+				o->client_spin = "auto";
+			} else {
 				unsigned v;
 
 				if (parse_uint(optarg, "--client-spin-us", 0,
@@ -299,8 +308,6 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 				snprintf(o->client_spin_buf,
 					 sizeof(o->client_spin_buf), "%u", v);
 				o->client_spin = o->client_spin_buf;
-			} else {
-				o->client_spin = "auto";
 			}
 			break;
 		case OPT_GRANT_DEPTH:
@@ -310,9 +317,9 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 				return -1;
 			break;
 		case OPT_SERVER_NODES:
-			if (!strcmp(optarg, "thread")) {
+			if (opt_is(optarg, "thread")) {
 				o->server_node_per_thread = true;
-			} else if (strcmp(optarg, "shared")) {
+			} else if (!opt_is(optarg, "shared")) {
 				fail("--server-nodes: shared or thread");
 				return -1;
 			}

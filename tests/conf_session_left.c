@@ -20,10 +20,22 @@
 
 #define LEN 4096u
 
+/* The server's connections so far: @made, of which @destroyed ended. */
+static void check_conns(tf_node_t *node, uint64_t made, uint64_t destroyed,
+			const char *when)
+{
+	tf_node_stats_t st;
+
+	CHECK_OK(tf_node_query_stats(node, &st));
+	CHECKF(st.qp_new == made && st.qp_destroyed == destroyed,
+	       "after a client that %s: %llu made, %llu destroyed", when,
+	       (unsigned long long)st.qp_new,
+	       (unsigned long long)st.qp_destroyed);
+}
+
 static void server(struct tf_pair *p)
 {
 	tf_node_t *node = st_node(p, -1, NULL, 0);
-	tf_node_stats_t st;
 	tf_listener_t *l;
 	tf_session_t *s;
 	uint8_t *m;
@@ -47,22 +59,14 @@ static void server(struct tf_pair *p)
 	for (unsigned i = 0; i < LEN; i++)
 		CHECKF(m[i] == (uint8_t)(i * 7 + 1), "byte %u: %#x", i, m[i]);
 	tf_session_close(s);
-	CHECK_OK(tf_node_query_stats(node, &st));
-	CHECKF(st.qp_new == 1 && st.qp_destroyed == 1,
-	       "after a client that left: %llu made, %llu destroyed",
-	       (unsigned long long)st.qp_new,
-	       (unsigned long long)st.qp_destroyed);
+	check_conns(node, 1, 1, "left");
 
 	/* 2: the client keeps its connection. */
 	s = st_accept(l, 0);
 	tf_test_sync(p); /* the client has closed its session */
 	CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
 	tf_session_close(s);
-	CHECK_OK(tf_node_query_stats(node, &st));
-	CHECKF(st.qp_new == 2 && st.qp_destroyed == 1,
-	       "after a client that kept it: %llu made, %llu destroyed",
-	       (unsigned long long)st.qp_new,
-	       (unsigned long long)st.qp_destroyed);
+	check_conns(node, 2, 1, "kept it");
 	tf_test_sync(p);
 
 	/* 3: its next session on the kept connection. */

@@ -102,9 +102,10 @@ run_two() {
 	export TOLLFREE_QP_TIMEOUT_MS="${TOLLFREE_QP_TIMEOUT_MS:-30000}"
 	n=0
 	two_pass two rxe0 7400
-	# A short crr, server in srv, client in cli.
+	# A short crr, server in srv, client in cli, with TCP doing the same
+	# work over the same link beside it (the link's own cost under TCG).
 	t0=$(up)
-	crr="--provider verbs --device rxe0 -k 1 -s 1K --modes pool+mw/new"
+	crr="--provider verbs --device rxe0 -k 1 -s 1K --modes pool+mw/new,tcp-crr"
 	rc=1
 	if [ ! -x /tf/bin/tollfree-bench ]; then
 		echo "SKIP: tollfree-bench was not built" >/tmp/out
@@ -126,8 +127,8 @@ run_two() {
 			sleep 0.5
 		done
 		grep -q '^pool+mw/new,' /tmp/out && rc=0
-		awk -F, '$1 == "pool+mw/new" && NF >= 14 {
-			print "@@TWOCRR " $4 " " $10 " " $14 }' /tmp/out
+		awk -F, '($1 == "pool+mw/new" || $1 == "tcp-crr") && NF >= 14 {
+			print "@@TWOCRR " $1 " " $4 " " $10 " " $14 }' /tmp/out
 	fi
 	two_report crr_remote "$rc" "$t0"
 	if [ "$TWO_SIW" = 1 ]; then

@@ -715,12 +715,17 @@ if [ $TWO = 1 ]; then
 	if grep -q '^@@TWOCRR ' "$CLI_LOG"; then
 		echo "--- two kernels (rxe0 in each, qemu socket netdev):" \
 			"tollfree-bench crr --provider verbs -k 1 -s 1K --modes" \
-			"pool+mw/new, server in one guest, client in the other;" \
-			"medians in us (TCG) ---"
-		awk '/^@@TWOCRR / { printf "%-12s %12s %12s %12s\n",
-			"mode", "session_us", "connect_us", "close_us"
-			printf "%-12s %12s %12s %12s\n", "pool+mw/new",
-			$2, $3, $4 }' "$CLI_LOG"
+			"pool+mw/new,tcp-crr, server in one guest, client in the" \
+			"other; medians in us (TCG) ---"
+		awk '/^@@TWOCRR / {
+			if (!n++)
+				printf "%-12s %12s %12s %12s\n", "mode",
+					"session_us", "connect_us", "close_us"
+			printf "%-12s %12s %12s %12s\n", $2, $3, $4, $5
+			t[$2] = $3 }
+		END { if (t["pool+mw/new"] && t["tcp-crr"])
+			printf "pool+mw/new over tcp-crr: %.2f\n",
+				t["pool+mw/new"] / t["tcp-crr"] }' "$CLI_LOG"
 	fi
 	grep -q ' FAIL' "$W/summary.txt" &&
 		echo "two: side B's output (the srv guest) is in" \

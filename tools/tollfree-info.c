@@ -76,6 +76,7 @@ static const struct {
 	{TF_CAP_RDMA_CM, "rdma_cm"},
 	{TF_CAP_REMOTE_ACK, "remote_ack"},
 	{TF_CAP_AUTO_PROGRESS, "auto_progress"},
+	{TF_CAP_QP_RESET, "qp_reset"},
 };
 
 /*

@@ -98,6 +98,9 @@ enum tf_cap_flags {
 	 * provider's progress thread runs.  libfabric calls this
 	 * FI_PROGRESS_AUTO. */
 	TF_CAP_AUTO_PROGRESS = 1u << 11,
+	/* tf_qp_reset: a QP goes back to INIT and connects to another peer
+	 * (the verbs provider without rdma_cm). */
+	TF_CAP_QP_RESET = 1u << 12,
 };
 
 /* What a context can do.  Filled by tf_context_query_caps(). */

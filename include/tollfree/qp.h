@@ -187,6 +187,19 @@ enum tf_qp_state tf_qp_state(tf_qp_t *qp);
  * work completes with TF_WC_WR_FLUSH_ERR.  Serialize per QP.
  */
 int tf_qp_set_error(tf_qp_t *qp);
+/*
+ * tf_qp_reset - move the QP back to INIT, as tf_qp_create() left it, so
+ * that tf_qp_connect() can connect it to another peer: its connection
+ * state is gone and a new initial PSN goes in its next address blob;
+ * completions of its earlier work still queued are dropped by the poll.
+ * The QP must be quiet: no work outstanding (every send and receive
+ * completed and polled, -EBUSY otherwise) and no memory window bound
+ * through it; nobody may post to it or poll its CQs during the call.
+ * -EOPNOTSUPP without TF_CAP_QP_RESET (the soft provider: its peer may
+ * still map the QP's rings; rdma_cm: the connection is the cm id).  On
+ * any other error the QP is in an undefined state: destroy it.
+ */
+int tf_qp_reset(tf_qp_t *qp);
 /* tf_qp_num - the QP number (unique within its context). */
 uint32_t tf_qp_num(const tf_qp_t *qp);
 

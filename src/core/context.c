@@ -151,6 +151,11 @@ static int def_qp_set_error(struct tf_qp *qp)
 	(void)qp;
 	return -EOPNOTSUPP;
 }
+static int def_qp_reset(struct tf_qp *qp)
+{
+	(void)qp;
+	return -EOPNOTSUPP;
+}
 static int def_post_send(struct tf_qp *qp, struct tf_send_wr *wr,
 			 struct tf_send_wr **bad_wr_p)
 {
@@ -196,6 +201,7 @@ static const struct tf_provider_ops default_ops = {
 	.qp_get_addr = def_qp_get_addr,
 	.qp_connect = def_qp_connect,
 	.qp_set_error = def_qp_set_error,
+	.qp_reset = def_qp_reset,
 	.post_send = def_post_send,
 	.post_recv = def_post_recv,
 };
@@ -234,6 +240,7 @@ static void fill_ops(struct tf_provider_ops *dst,
 	FILL(qp_get_addr)
 	FILL(qp_connect)
 	FILL(qp_set_error)
+	FILL(qp_reset)
 	FILL(post_send)
 	FILL(post_recv)
 #undef FILL

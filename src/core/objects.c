@@ -691,6 +691,13 @@ int tf_qp_set_error(tf_qp_t *qp)
 	return OPS(qp->pd->ctx)->qp_set_error(qp);
 }
 
+int tf_qp_reset(tf_qp_t *qp)
+{
+	if (!qp)
+		return -EINVAL;
+	return OPS(qp->pd->ctx)->qp_reset(qp);
+}
+
 uint32_t tf_qp_num(const tf_qp_t *qp)
 {
 	return qp->qpn;

@@ -184,6 +184,10 @@ struct tf_provider_ops {
 	int (*qp_get_addr)(struct tf_qp *qp, void *buf, size_t *len_p);
 	int (*qp_connect)(struct tf_qp *qp, const void *addr, size_t len);
 	int (*qp_set_error)(struct tf_qp *qp);
+	/* Optional (TF_CAP_QP_RESET): back to INIT, as qp_create left it,
+	 * ready for tf_qp_connect to another peer; -EBUSY while work is
+	 * outstanding.  Default: -EOPNOTSUPP. */
+	int (*qp_reset)(struct tf_qp *qp);
 
 	/* Post a chain.  Return the number of WRs posted (the whole chain)
 	 * or, on failure, a negative errno with *bad_wr_p set to the first

@@ -230,6 +230,8 @@ static uint64_t attr_caps(const struct tf_verbs_ctx *c)
 		f |= TF_CAP_IMM_DATA | TF_CAP_REMOTE_ACK;
 	if (c->use_cm)
 		f |= TF_CAP_RDMA_CM;
+	else
+		f |= TF_CAP_QP_RESET;
 	return f;
 }
 
@@ -761,6 +763,7 @@ const struct tf_provider_ops tf_verbs_provider_ops = {
 	.qp_get_addr = tf_verbs_qp_get_addr,
 	.qp_connect = tf_verbs_qp_connect,
 	.qp_set_error = tf_verbs_qp_set_error,
+	.qp_reset = tf_verbs_qp_reset,
 	.post_send = tf_verbs_post_send,
 	.post_recv = tf_verbs_post_recv,
 };

@@ -242,6 +242,7 @@ int tf_verbs_qp_destroy(struct tf_qp *qp);
 int tf_verbs_qp_get_addr(struct tf_qp *qp, void *buf, size_t *len_p);
 int tf_verbs_qp_connect(struct tf_qp *qp, const void *addr, size_t len);
 int tf_verbs_qp_set_error(struct tf_qp *qp);
+int tf_verbs_qp_reset(struct tf_qp *qp);
 int tf_verbs_post_send(struct tf_qp *qp, struct tf_send_wr *wr,
 		       struct tf_send_wr **bad_wr_p);
 int tf_verbs_post_recv(struct tf_qp *qp, struct tf_recv_wr *wr,

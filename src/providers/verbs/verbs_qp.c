@@ -444,6 +444,68 @@ int tf_verbs_qp_set_error(struct tf_qp *bqp)
 	return 0;
 }
 
+/*
+ * Back to INIT, as tf_verbs_qp_create left it: RESET discards the QP's
+ * connection state and its queues, and INIT takes the access flags of the
+ * create.  Only a quiet QP: no send outstanding (an unreaped bind would
+ * leave its window's bookkeeping behind), no receive posted (rxe's RESET
+ * empties the send queue but not the receive queue, whose entries would
+ * then take the next peer's SENDs into this peer's buffers), no window
+ * bound.  A new generation in the wr_ids makes the completions of the
+ * old connection still in the CQ unrecognisable to the poller
+ * (translate_wc), and a new initial PSN keeps the old peer's late packets
+ * out of the new connection.  Not through rdma_cm, whose cm id is the
+ * connection.
+ */
+int tf_verbs_qp_reset(struct tf_qp *bqp)
+{
+	struct tf_verbs_qp *qp = VERBS_QP(bqp);
+	struct tf_verbs_ctx *c = qp->ctx;
+	struct ibv_qp_attr ra = {.qp_state = IBV_QPS_RESET};
+	struct ibv_qp_attr ia = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = c->port,
+		.qp_access_flags = tf_verbs_access(qp->base.access),
+	};
+	uint32_t psn;
+	int ret;
+
+	if (c->use_cm)
+		return -EOPNOTSUPP;
+	if (qp->bound_mws ||
+	    atomic_load(&qp->sq_head) != atomic_load(&qp->sq_tail) ||
+	    atomic_load(&qp->rq_head) != atomic_load(&qp->rq_tail))
+		return -EBUSY;
+	ret = tf__random(&psn, sizeof(psn));
+	if (ret)
+		return ret;
+	ret = ibv_modify_qp(qp->ibqp, &ra, IBV_QP_STATE);
+	if (ret) {
+		tf_log_warn(VERBS_SUBSYS, "qp %u: modify to RESET: %s",
+			    qp->base.qpn, strerror(ret));
+		return -ret;
+	}
+	qp->base.state = TF_QPS_RESET;
+	qp->gen = atomic_fetch_add(&c->qp_gen, 1) & VERBS_WRID_GEN_MASK;
+	qp->psn = psn & 0xffffff;
+	atomic_store(&qp->sq_head, 0);
+	atomic_store(&qp->sq_tail, 0);
+	qp->sq_done = 0;
+	atomic_store(&qp->rq_head, 0);
+	atomic_store(&qp->rq_tail, 0);
+	ret = ibv_modify_qp(qp->ibqp, &ia,
+			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				    IBV_QP_ACCESS_FLAGS);
+	if (ret) {
+		tf_log_warn(VERBS_SUBSYS, "qp %u: modify to INIT: %s",
+			    qp->base.qpn, strerror(ret));
+		return -ret;
+	}
+	qp->base.state = TF_QPS_INIT;
+	return 0;
+}
+
 /* ---------------------------------------------------------------- post */
 
 static uint64_t make_wrid(const struct tf_verbs_qp *qp, uint64_t seq, bool recv)

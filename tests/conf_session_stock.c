@@ -13,7 +13,11 @@
  *   thread, in the background (st_stock_settle);
  * - inline, the node is created with a full stock, and no call other than
  *   these refills: after the server's accept the stock lacks the entry the
- *   connection took until the listener's next idle accept.
+ *   connection took until the listener's next idle accept;
+ * - inline with TF_CAP_QP_RESET (verbs), each connection gives its QP back
+ *   when it ends (stock_recycled counts N on each side), and the
+ *   connect's refill does not run while two of three entries are left:
+ *   after the connect the stock lacks one entry, after the close none.
  * Then TOLLFREE_SESSION_STOCK_REFILL=sometimes makes node creation fail
  * with -EINVAL, on side A alone.  In peer mode (two machines) only the
  * inline pair runs.
@@ -61,9 +65,15 @@ static void check_hits(tf_node_t *node, const char *side)
 	       (unsigned long long)st.stock_misses);
 }
 
+static bool recycles(const struct tf_pair *p, bool inl)
+{
+	return inl && (p->caps.flags & TF_CAP_QP_RESET);
+}
+
 static void server(struct tf_pair *p, bool inl)
 {
 	tf_node_t *node = node_full(p, inl);
+	bool rec = recycles(p, inl);
 	tf_listener_t *l;
 	tf_node_stats_t st;
 
@@ -81,6 +91,15 @@ static void server(struct tf_pair *p, bool inl)
 		}
 		CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
 		tf_session_close(s);
+		if (rec) {
+			st = stats(node);
+			CHECKF(st.stock_entries == CAP &&
+				       st.stock_recycled == (uint64_t)i + 1,
+			       "session %d: %llu entries, %llu recycled after "
+			       "the close",
+			       i, (unsigned long long)st.stock_entries,
+			       (unsigned long long)st.stock_recycled);
+		}
 		/* Nothing more to accept: the listener's idle call. */
 		CHECK(tf_listener_accept(l, NULL, 0, &none) == -EAGAIN);
 		CHECK(!none);
@@ -102,6 +121,7 @@ static void client(struct tf_pair *p, bool inl)
 				  .flags = TF_SESSION_NO_REUSE};
 	uint16_t port = (uint16_t)tf_test_recv_u64(p);
 	tf_node_t *node = node_full(p, inl);
+	bool rec = recycles(p, inl);
 	tf_node_stats_t st;
 
 	for (int i = 0; i < N; i++) {
@@ -110,14 +130,24 @@ static void client(struct tf_pair *p, bool inl)
 
 		CHECKF(ret == 0, "session %d: %s", i, tf_strerror(ret));
 		CHECK(!tf_session_reused(s));
-		/* Inline, the connect made the next entry itself. */
+		/* Inline, the connect made the next entry itself, unless the
+		 * connection will give its own back. */
 		if (inl) {
 			st = stats(node);
-			CHECKF(st.stock_entries == CAP,
+			CHECKF(st.stock_entries == (rec ? CAP - 1 : CAP),
 			       "session %d: %llu entries after the connect", i,
 			       (unsigned long long)st.stock_entries);
 		}
 		tf_session_close(s);
+		if (rec) {
+			st = stats(node);
+			CHECKF(st.stock_entries == CAP &&
+				       st.stock_recycled == (uint64_t)i + 1,
+			       "session %d: %llu entries, %llu recycled after "
+			       "the close",
+			       i, (unsigned long long)st.stock_entries,
+			       (unsigned long long)st.stock_recycled);
+		}
 		st_stock_settle(node);
 		tf_test_sync(p);
 	}

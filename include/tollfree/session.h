@@ -214,6 +214,9 @@ typedef struct tf_node_stats {
 	uint64_t stock_bytes;
 	uint64_t stock_hits;
 	uint64_t stock_misses;
+	/* Entries that connections gave back when they ended cleanly, their
+	 * queue pair reset instead of destroyed (TF_CAP_QP_RESET). */
+	uint64_t stock_recycled;
 	/* Server-side bounds (TOLLFREE_SESSION_MAX_*, tollfree(7)):
 	 * sessions refused because the node served MAX_SESSIONS (the client
 	 * got -EBUSY) or the client's address had MAX_SESSIONS_PEER

@@ -90,6 +90,8 @@ int tf__conn_make_qp(struct tf_node *node, struct tf_conn *c,
 	}
 	c->send_depth = send_depth;
 	c->recv_depth = recv_depth;
+	c->stock_shape =
+		send_depth == TF_STOCK_DEPTH && recv_depth == TF_STOCK_DEPTH;
 	return 0;
 }
 
@@ -128,7 +130,8 @@ void tf__conn_destroy(struct tf_conn *c)
 		if (c->broken)
 			STAT(c->node, qp_broken);
 		STAT(c->node, qp_destroyed);
-		tf_qp_destroy(c->qp);
+		if (!tf__stock_recycle(c->node, c))
+			tf_qp_destroy(c->qp);
 	}
 	if (c->cq)
 		tf_cq_destroy(c->cq);

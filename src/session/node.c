@@ -451,6 +451,7 @@ int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
 	st->stock_max = node->stock.cap;
 	st->stock_hits = LD(stock_hits);
 	st->stock_misses = LD(stock_misses);
+	st->stock_recycled = LD(stock_recycled);
 	st->sessions_refused = LD(sessions_refused);
 	st->sessions_refused_peer = LD(sessions_refused_peer);
 	st->expose_refused = LD(expose_refused);

@@ -43,6 +43,7 @@ static const struct tf__stats_field node_fields[] = {
 	TF__STATS_FIELD(tf_node_stats_t, stock_bytes),
 	TF__STATS_FIELD(tf_node_stats_t, stock_hits),
 	TF__STATS_FIELD(tf_node_stats_t, stock_misses),
+	TF__STATS_FIELD(tf_node_stats_t, stock_recycled),
 	TF__STATS_FIELD(tf_node_stats_t, sessions_refused),
 	TF__STATS_FIELD(tf_node_stats_t, sessions_refused_peer),
 	TF__STATS_FIELD(tf_node_stats_t, expose_refused),

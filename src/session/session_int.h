@@ -113,9 +113,11 @@ struct tf_conn {
 	tf_cq_t *cq;
 	uint32_t id; /* server-assigned; "reuse QP n" names it */
 	uint32_t send_depth, recv_depth;
-	bool broken;   /* never reuse */
-	bool no_keep;  /* TF_SESSION_NO_REUSE: destroy at close */
-	bool fin_next; /* the next socket send is the last: with the FIN */
+	bool broken;	  /* never reuse */
+	bool no_keep;	  /* TF_SESSION_NO_REUSE: destroy at close */
+	bool stock_shape; /* QP and CQ of the stock's depths (recyclable) */
+	bool app_recv;	  /* the application posted receives on the QP */
+	bool fin_next;	  /* the next socket send is the last: with the FIN */
 	enum tf_conn_hs hs;
 	uint64_t deadline_ns; /* server: end of the handshake step */
 	uint64_t born_ns;     /* server: accepted at */
@@ -195,6 +197,17 @@ struct tf_stock {
 	 * look without the lock. */
 	atomic_bool lacking;
 	bool making; /* an inline refill is making one */
+	/* Entries on their way in (being made, or given back by a
+	 * connection): each holds a place, so that n + reserved <= cap. */
+	unsigned reserved;
+	unsigned n_dirty; /* given back, not yet reset (of n) */
+	bool fill_up;	  /* the thread fills the stock up to its cap */
+	/* TF_CAP_QP_RESET: a connection that ends cleanly gives its QP and
+	 * CQ back (tf__stock_recycle), and a take leaves the inline refills
+	 * alone until fewer than @low entries are left, so that they do not
+	 * make the entry a connection will give back. */
+	bool recycle;
+	unsigned low;
 	struct tf_ctl spare[TF_STOCK_SPARE];
 	unsigned n_spare;
 };
@@ -235,6 +248,7 @@ struct tf_node {
 	atomic_ullong attach_direct, copy_bytes, slices_rented;
 	atomic_ullong pending_dropped, pending_refused;
 	atomic_ullong stock_hits, stock_misses, stock_made, stock_failed;
+	atomic_ullong stock_recycled;
 	struct tf_stock stock;
 	atomic_llong windows_live;
 	/* Server-side bounds per peer and overall (peers.c). */
@@ -499,6 +513,10 @@ void tf__stock_fini(struct tf_node *node);
 bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 		    uint32_t rd, bool want_ctl);
 unsigned tf__stock_count(struct tf_node *node, uint64_t *bytes_p);
+/* A connection that ends cleanly: give its QP and CQ back to the stock,
+ * reset (true: they are the stock's now, c->qp and c->cq NULL), or leave
+ * them to the caller to destroy (false). */
+bool tf__stock_recycle(struct tf_node *node, struct tf_conn *c);
 
 /* peers.c: the server-side bounds per peer and overall.  A new server
  * session from @peer: 0 (*@pe_p set), -EBUSY (the node serves

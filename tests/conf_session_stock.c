@@ -65,6 +65,17 @@ static void check_hits(tf_node_t *node, const char *side)
 	       (unsigned long long)st.stock_misses);
 }
 
+/* After connection @i closed, it gave its QP back: the stock is full. */
+static void check_recycled(tf_node_t *node, int i)
+{
+	tf_node_stats_t st = stats(node);
+
+	CHECKF(st.stock_entries == CAP && st.stock_recycled == (uint64_t)i + 1,
+	       "session %d: %llu entries, %llu recycled after the close", i,
+	       (unsigned long long)st.stock_entries,
+	       (unsigned long long)st.stock_recycled);
+}
+
 static bool recycles(const struct tf_pair *p, bool inl)
 {
 	return inl && (p->caps.flags & TF_CAP_QP_RESET);
@@ -91,15 +102,8 @@ static void server(struct tf_pair *p, bool inl)
 		}
 		CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
 		tf_session_close(s);
-		if (rec) {
-			st = stats(node);
-			CHECKF(st.stock_entries == CAP &&
-				       st.stock_recycled == (uint64_t)i + 1,
-			       "session %d: %llu entries, %llu recycled after "
-			       "the close",
-			       i, (unsigned long long)st.stock_entries,
-			       (unsigned long long)st.stock_recycled);
-		}
+		if (rec)
+			check_recycled(node, i);
 		/* Nothing more to accept: the listener's idle call. */
 		CHECK(tf_listener_accept(l, NULL, 0, &none) == -EAGAIN);
 		CHECK(!none);
@@ -139,15 +143,8 @@ static void client(struct tf_pair *p, bool inl)
 			       (unsigned long long)st.stock_entries);
 		}
 		tf_session_close(s);
-		if (rec) {
-			st = stats(node);
-			CHECKF(st.stock_entries == CAP &&
-				       st.stock_recycled == (uint64_t)i + 1,
-			       "session %d: %llu entries, %llu recycled after "
-			       "the close",
-			       i, (unsigned long long)st.stock_entries,
-			       (unsigned long long)st.stock_recycled);
-		}
+		if (rec)
+			check_recycled(node, i);
 		st_stock_settle(node);
 		tf_test_sync(p);
 	}

@@ -166,6 +166,29 @@ uint8_t tf_verbs_ack_timeout(uint32_t timeout_ms)
 	return t;
 }
 
+/* RESET -> INIT with the access flags of the QP's create. */
+static int qp_to_init(struct tf_verbs_qp *qp)
+{
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.pkey_index = 0,
+		.port_num = qp->ctx->port,
+		.qp_access_flags = tf_verbs_access(qp->base.access),
+	};
+	int ret;
+
+	ret = ibv_modify_qp(qp->ibqp, &a,
+			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				    IBV_QP_ACCESS_FLAGS);
+	if (ret) {
+		tf_log_error(VERBS_SUBSYS, "qp %u: modify to INIT: %s",
+			     qp->base.qpn, strerror(ret));
+		return -ret;
+	}
+	qp->base.state = TF_QPS_INIT;
+	return 0;
+}
+
 int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 		       struct tf_qp **qp_p)
 {
@@ -180,12 +203,6 @@ int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 			.max_inline_data = attr->max_inline_data},
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 0,
-	};
-	struct ibv_qp_attr ma = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = c->port,
-		.qp_access_flags = tf_verbs_access(attr->access),
 	};
 	struct tf_verbs_qp *qp;
 	uint32_t psn;
@@ -254,16 +271,9 @@ int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 		goto err_rings;
 	}
 
-	ret = ibv_modify_qp(qp->ibqp, &ma,
-			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				    IBV_QP_ACCESS_FLAGS);
-	if (ret) {
-		tf_log_error(VERBS_SUBSYS, "qp %u: modify to INIT: %s",
-			     qp->base.qpn, strerror(ret));
-		ret = -ret;
+	ret = qp_to_init(qp);
+	if (ret)
 		goto err_rings;
-	}
-	qp->base.state = TF_QPS_INIT;
 	ret = qp_map_insert(c, qp);
 	if (ret)
 		goto err_rings;
@@ -462,12 +472,6 @@ int tf_verbs_qp_reset(struct tf_qp *bqp)
 	struct tf_verbs_qp *qp = VERBS_QP(bqp);
 	struct tf_verbs_ctx *c = qp->ctx;
 	struct ibv_qp_attr ra = {.qp_state = IBV_QPS_RESET};
-	struct ibv_qp_attr ia = {
-		.qp_state = IBV_QPS_INIT,
-		.pkey_index = 0,
-		.port_num = c->port,
-		.qp_access_flags = tf_verbs_access(qp->base.access),
-	};
 	uint32_t psn;
 	int ret;
 
@@ -494,16 +498,7 @@ int tf_verbs_qp_reset(struct tf_qp *bqp)
 	qp->sq_done = 0;
 	atomic_store(&qp->rq_head, 0);
 	atomic_store(&qp->rq_tail, 0);
-	ret = ibv_modify_qp(qp->ibqp, &ia,
-			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				    IBV_QP_ACCESS_FLAGS);
-	if (ret) {
-		tf_log_warn(VERBS_SUBSYS, "qp %u: modify to INIT: %s",
-			    qp->base.qpn, strerror(ret));
-		return -ret;
-	}
-	qp->base.state = TF_QPS_INIT;
-	return 0;
+	return qp_to_init(qp);
 }
 
 /* ---------------------------------------------------------------- post */

@@ -702,7 +702,6 @@ int tf_session_recv(tf_session_t *s, int buf, size_t off, uint32_t len,
 	sge.length = len;
 	sge.lkey = b->lkey;
 	wr.wr_id = WR_ID(WR_RECV, slot);
-	s->c->app_recv = true;
 	ret = tf_post_recv(s->c->qp, &wr, NULL);
 	if (ret)
 		return ret;

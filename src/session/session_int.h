@@ -116,7 +116,6 @@ struct tf_conn {
 	bool broken;	  /* never reuse */
 	bool no_keep;	  /* TF_SESSION_NO_REUSE: destroy at close */
 	bool stock_shape; /* QP and CQ of the stock's depths (recyclable) */
-	bool app_recv;	  /* the application posted receives on the QP */
 	bool fin_next;	  /* the next socket send is the last: with the FIN */
 	enum tf_conn_hs hs;
 	uint64_t deadline_ns; /* server: end of the handshake step */

@@ -127,8 +127,8 @@ static void ent_destroy(struct tf_stock_ent *e)
  * Make a given-back entry as good as a new one: its QP back in INIT, its
  * CQ empty.  The old connection's last completions are reaped first (the
  * QP must be quiet for tf_qp_reset), and what the reset left behind after
- * (the provider drops it) is polled out.  About 0.8 ms for rxe under
- * qemu's emulation, most of it the RESET transition: the reason this is
+ * (the provider drops it) is polled out.  0.7-0.9 ms for rxe under qemu's
+ * emulation, most of it the RESET transition: the reason this is
  * done where a refill would be, not in the connection's close.
  */
 static int ent_clean(struct tf_stock_ent *e)
@@ -161,9 +161,10 @@ static struct tf_stock_ent pop_dirty(struct tf_stock *k)
 }
 
 /* Reset a given-back entry outside the lock, holding its place, and put
- * it back clean, or destroy it if the reset failed (k->lock held; it is
- * dropped and taken again).  Returns the reset's result. */
-static int clean_one(struct tf_node *node)
+ * it back clean (@out NULL) or hand it to the caller in *@out, or destroy
+ * it if the reset failed (k->lock held; it is dropped and taken again).
+ * Returns the reset's result. */
+static int clean_one(struct tf_node *node, struct tf_stock_ent *out)
 {
 	struct tf_stock *k = &node->stock;
 	struct tf_stock_ent e = pop_dirty(k);
@@ -181,6 +182,8 @@ static int clean_one(struct tf_node *node)
 	k->reserved--;
 	if (ret)
 		STAT(node, stock_failed);
+	else if (out)
+		*out = e;
 	else
 		k->ent[k->n++] = e;
 	stock_update(k);
@@ -260,7 +263,7 @@ static void *stock_main(void *arg)
 		if (k->stop)
 			break;
 		if (k->n_dirty) {
-			clean_one(node);
+			clean_one(node, NULL);
 			continue;
 		}
 		/* Made outside the lock: a take never waits for a
@@ -309,7 +312,7 @@ static int refill_one(struct tf_node *node, bool full)
 	if (!k->making && k->n_dirty &&
 	    stock_wants(k, full ? ASK_FULL : ASK_INLINE)) {
 		k->making = true;
-		ret = clean_one(node);
+		ret = clean_one(node, NULL);
 		k->making = false;
 		pthread_mutex_unlock(&k->lock);
 		return ret ? ret : 1;
@@ -468,7 +471,6 @@ bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 {
 	struct tf_stock *k = &node->stock;
 	struct tf_stock_ent e;
-	int ret;
 
 	/* Deeper queues than asked for do no harm: the session never has
 	 * more outstanding than the depths it asked for (send_depth and
@@ -487,17 +489,7 @@ bool tf__stock_take(struct tf_node *node, struct tf_conn *c, uint32_t sd,
 	/* A clean entry if there is one; else a given-back one, reset
 	 * here: dearer than a clean take, cheaper than the cold path. */
 	if (k->n_dirty == k->n) {
-		e = pop_dirty(k);
-		k->reserved++;
-		pthread_mutex_unlock(&k->lock);
-		ret = ent_clean(&e);
-		if (ret)
-			ent_destroy(&e);
-		pthread_mutex_lock(&k->lock);
-		k->reserved--;
-		if (ret) {
-			STAT(node, stock_failed);
-			stock_update(k);
+		if (clean_one(node, &e)) {
 			pthread_mutex_unlock(&k->lock);
 			STAT(node, stock_misses);
 			return false;
@@ -536,13 +528,17 @@ bool tf__stock_recycle(struct tf_node *node, struct tf_conn *c)
 {
 	struct tf_stock *k = &node->stock;
 	struct tf_stock_ent e = {.cq = c->cq, .qp = c->qp, .dirty = true};
+	tf_qp_stats_t qs;
 
-	/* Only a connection that ended cleanly, whose QP has no receive of
-	 * the application's posted: a receive left posted would take the
-	 * next peer's SENDs into this one's buffers.  Its windows are
-	 * revoked (its sessions closed) and its grants dropped. */
-	if (!k->recycle || !c->stock_shape || c->broken || c->app_recv ||
-	    !c->qp || !c->cq || TF__UNLIKELY(k->fork_gen != tf__fork_gen()))
+	/* Only a connection that ended cleanly, whose QP has no receive
+	 * left posted (every receive completes, so the QP's counters say
+	 * it): one would take the next peer's SENDs into this one's
+	 * buffers.  Its windows are revoked (its sessions closed) and its
+	 * grants dropped. */
+	if (!k->recycle || !c->stock_shape || c->broken || !c->qp || !c->cq ||
+	    TF__UNLIKELY(k->fork_gen != tf__fork_gen()) ||
+	    tf_qp_query_stats(c->qp, &qs) ||
+	    qs.recv_posted != qs.recv_completed)
 		return false;
 	pthread_mutex_lock(&k->lock);
 	if (k->n + k->reserved >= k->cap) {

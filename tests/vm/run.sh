@@ -718,16 +718,19 @@ if [ $TWO = 1 ]; then
 	if grep -q '^@@TWOCRR ' "$CLI_LOG"; then
 		echo "--- two kernels (rxe0 in each, qemu UDP socket netdev):" \
 			"tollfree-bench crr --provider verbs -k 1 -s 1K --modes" \
-			"pool+mw/new,tcp-crr, server in one guest, client in the" \
-			"other; medians in us (TCG) ---"
+			"pool+mw/new,tcp-crr,tcp-crr-spin, server in one guest," \
+			"client in the other; medians in us (TCG) ---"
 		awk '/^@@TWOCRR / {
 			if (!n++)
 				printf "%-12s %12s %12s %12s\n", "mode",
 					"session_us", "connect_us", "close_us"
 			printf "%-12s %12s %12s %12s\n", $2, $3, $4, $5
 			t[$2] = $3 }
-		END { if (t["pool+mw/new"] && t["tcp-crr"])
-			printf "pool+mw/new over tcp-crr: %.2f\n",
+		END { if (t["pool+mw/new"] && t["tcp-crr-spin"])
+			printf "pool+mw/new over tcp-crr-spin (both spin): %.2f\n",
+				t["pool+mw/new"] / t["tcp-crr-spin"]
+		if (t["pool+mw/new"] && t["tcp-crr"])
+			printf "pool+mw/new over tcp-crr (TCP blocks): %.2f\n",
 				t["pool+mw/new"] / t["tcp-crr"] }' "$CLI_LOG"
 	fi
 	grep -q ' FAIL' "$W/summary.txt" &&

@@ -91,13 +91,15 @@ void tf_verbs_cm_stop(struct tf_verbs_ctx *c)
 #include <unistd.h>
 
 /* Address and route resolution, each (ms). */
-#define CM_RESOLVE_MS 2000
-#define CM_BACKLOG    128
+#define CM_RESOLVE_MS	2000
+#define CM_BACKLOG	128
+/* Ports tried for the listener (listen_on). */
+#define CM_LISTEN_TRIES 8
 
 /* The private data of a connect request, big-endian. */
-#define CM_PD_MAGIC   0x5446434du /* "TFCM" */
-#define CM_PD_VERSION 1
-#define CM_PD_LEN     24
+#define CM_PD_MAGIC	0x5446434du /* "TFCM" */
+#define CM_PD_VERSION	1
+#define CM_PD_LEN	24
 
 struct tf_verbs_cm {
 	struct rdma_event_channel *ch;
@@ -123,7 +125,7 @@ struct cm_held {
 };
 
 /* Requests held at most, over a context's QPs. */
-#define CM_MAX_HELD   256
+#define CM_MAX_HELD	256
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -571,6 +573,44 @@ static bool same_device(struct tf_verbs_ctx *c, struct rdma_cm_id *id)
  * for RoCE.  Loopback and link-local addresses are left out (rdma_cm binds
  * loopback to whichever device comes first).
  */
+/*
+ * A listening id on @i's address: 0 (*@id_p set), 1 when the address is
+ * not this device's, or the error.  rdma_cm picks the port in its own port
+ * space; on iWARP the listen then takes that port in the host's TCP stack
+ * too, where a socket may hold it (one in TIME_WAIT, after a burst of TCP
+ * connections): another port is the answer, a few times over.
+ */
+static int listen_on(struct tf_verbs_ctx *c, struct tf_verbs_cm *cm,
+		     const struct ifaddrs *i, struct rdma_cm_id **id_p)
+{
+	struct rdma_cm_id *id;
+	int ret;
+
+	for (int tries = 0;; tries++) {
+		if (rdma_create_id(cm->ch, &id, NULL, RDMA_PS_TCP))
+			return tf_verbs_errno(EIO);
+		if (rdma_bind_addr(id, i->ifa_addr) || !same_device(c, id)) {
+			rdma_destroy_id(id);
+			return 1;
+		}
+		if (!rdma_listen(id, CM_BACKLOG)) {
+			*id_p = id;
+			return 0;
+		}
+		ret = tf_verbs_errno(EIO);
+		rdma_destroy_id(id);
+		if (ret != -EADDRINUSE || tries + 1 >= CM_LISTEN_TRIES) {
+			tf_log_error(VERBS_SUBSYS, "%s: rdma_listen on %s: %s",
+				     c->base.device, i->ifa_name,
+				     strerror(-ret));
+			return ret;
+		}
+		tf_log_debug(VERBS_SUBSYS,
+			     "%s: rdma_listen on %s: port in use, another",
+			     c->base.device, i->ifa_name);
+	}
+}
+
 static int cm_listen(struct tf_verbs_ctx *c, struct tf_verbs_cm *cm)
 {
 	struct ifaddrs *ifs, *i;
@@ -580,7 +620,8 @@ static int cm_listen(struct tf_verbs_ctx *c, struct tf_verbs_cm *cm)
 		return tf_verbs_errno(EIO);
 	for (int fam = AF_INET; ret && fam; fam = fam == AF_INET ? AF_INET6 : 0)
 		for (i = ifs; ret && i; i = i->ifa_next) {
-			struct rdma_cm_id *id;
+			struct rdma_cm_id *id = NULL;
+			int r;
 
 			if (!i->ifa_addr || i->ifa_addr->sa_family != fam ||
 			    (i->ifa_flags & IFF_LOOPBACK) ||
@@ -591,19 +632,11 @@ static int cm_listen(struct tf_verbs_ctx *c, struct tf_verbs_cm *cm)
 				    &((struct sockaddr_in6 *)i->ifa_addr)
 					     ->sin6_addr))
 				continue;
-			if (rdma_create_id(cm->ch, &id, NULL, RDMA_PS_TCP))
-				break;
-			if (rdma_bind_addr(id, i->ifa_addr) ||
-			    !same_device(c, id)) {
-				rdma_destroy_id(id);
+			r = listen_on(c, cm, i, &id);
+			if (r > 0)
 				continue;
-			}
-			if (rdma_listen(id, CM_BACKLOG)) {
-				ret = tf_verbs_errno(EIO);
-				tf_log_error(VERBS_SUBSYS,
-					     "%s: rdma_listen on %s: %m",
-					     c->base.device, i->ifa_name);
-				rdma_destroy_id(id);
+			if (r < 0) {
+				ret = r;
 				break;
 			}
 			cm->listen = id;

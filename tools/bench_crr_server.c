@@ -157,8 +157,14 @@ static int srv_accept(struct srv *sv, int reg)
 			return -ENOSPC;
 		}
 		sv->act[i].s = s;
+		ret = srv_start(sv, reg, &sv->act[i]);
+		if (ret)
+			return ret;
 		/* A sleeping server waits for the session's messages and
-		 * completions on its fd, with everything else. */
+		 * completions on its fd, with everything else.  Added after
+		 * the answer, which the client waits for (an epoll_ctl is
+		 * 4-8% of a fetch from a sleeping server): nothing is lost,
+		 * since the fd is armed, and looked at, before the sleep. */
 		if (sv->sleep) {
 			int fd = tf_session_fd(s);
 
@@ -170,9 +176,6 @@ static int srv_accept(struct srv *sv, int reg)
 			if (ret)
 				return ret;
 		}
-		ret = srv_start(sv, reg, &sv->act[i]);
-		if (ret)
-			return ret;
 	}
 }
 

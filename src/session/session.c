@@ -857,7 +857,7 @@ void tf_session_close(tf_session_t *s)
 		if (keep)
 			tf__listener_keep(l, c);
 		else
-			tf__conn_destroy(c);
+			tf__listener_drop_conn(l, c);
 		tf__listener_put(l);
 	} else if (keep) {
 		tf__node_keep(node, c);

@@ -147,6 +147,11 @@ struct tf_conn {
 	bool sock_watched;     /* listener: its socket is in the epoll set */
 	bool ctl_watched;      /* idle: its control CQ is in the epoll set */
 	bool ctl_armed;	       /* idle: its control CQ's fd is armed */
+	/* Listener: handed to a session with its fds still in the epoll
+	 * set; they leave it at the listener's next call, after the
+	 * session's ACCEPT went out (listener.c, listener_hand_over). */
+	bool unwatch_due;
+	struct tf_conn *unwatch_next;
 	bool heard; /* listener: bytes wait in its socket (make_room) */
 	/* Server: counted as kept by its peer's entry (peers.c). */
 	struct tf_peer *kept_pe;
@@ -271,6 +276,9 @@ struct tf_listener {
 	uint64_t epoll_ns; /* busy_poll: the last look at the sockets */
 	uint64_t sockcheck_ns; /* busy_poll: the last look at unwatched ones */
 	struct tf_conn conns;  /* list head: handshaking and idle */
+	/* Connections handed to sessions whose fds are still in the epoll
+	 * set (unwatch_due), newest first. */
+	struct tf_conn *unwatch;
 	unsigned n_idle, n_pending;
 	unsigned max_pending, max_pending_peer; /* TOLLFREE_SESSION_* */
 	/* tf_listener_params_t's grants (grant_len 0: none). */
@@ -473,6 +481,9 @@ int tf__sess_send_accept(struct tf_session *s);
 int tf__sess_add_exposures(struct tf_session *s,
 			   const struct tf_wire_exposures *x);
 void tf__listener_keep(struct tf_listener *l, struct tf_conn *c);
+/* A connection of @l's that its session drops: out of @l's epoll set
+ * (if still in it), then destroyed. */
+void tf__listener_drop_conn(struct tf_listener *l, struct tf_conn *c);
 /* A window from the node's free list (or a new one), or NULL; and back
  * to it once invalidated (freed if the list is full). */
 tf_mw_t *tf__mw_get(struct tf_node *node);

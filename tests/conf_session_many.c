@@ -125,17 +125,29 @@ static void fd_list(struct sample *s)
 	closedir(d);
 }
 
-/* The fds in @a that @b does not have. */
+/* The kinds of fd that @a holds more of than @b (fds of one kind share a
+ * name: every eventfd is anon_inode:[eventfd]), each said once. */
+static int fd_count(const struct sample *s, const char *what)
+{
+	int n = 0;
+
+	for (int i = 0; i < MAX_FDS && s->what[i][0]; i++)
+		n += !strcmp(s->what[i], what);
+	return n;
+}
+
 static void fd_diff(const char *label, const struct sample *a,
 		    const struct sample *b)
 {
 	for (int i = 0; i < MAX_FDS && a->what[i][0]; i++) {
-		bool found = false;
+		int na = fd_count(a, a->what[i]), nb = fd_count(b, a->what[i]);
+		bool first = true;
 
-		for (int j = 0; j < MAX_FDS && b->what[j][0] && !found; j++)
-			found = !strcmp(a->what[i], b->what[j]);
-		if (!found)
-			tf_test_info("%s: %s", label, a->what[i]);
+		for (int j = 0; j < i && first; j++)
+			first = strcmp(a->what[j], a->what[i]) != 0;
+		if (first && na > nb)
+			tf_test_info("%s: %s (%d against %d)", label,
+				     a->what[i], na, nb);
 	}
 }
 

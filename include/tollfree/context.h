@@ -155,7 +155,16 @@ typedef struct tf_context_stats {
 	 * and the registrations it refused (-ENOBUFS). */
 	uint64_t max_pinned;
 	uint64_t pinned_refused;
-	uint64_t reserved[14];
+	/* Soft provider, shm: peers' threads asleep on an armed CQ that
+	 * this context woke itself, without the peer's waker thread (0
+	 * elsewhere). */
+	uint64_t cq_wakes_direct;
+	/* Soft provider, shm: peers' eventfds this context holds now to wake
+	 * them (one per peer process it woke, closed with its last queue
+	 * pair to it; one per peer CQ it woke directly, closed with the
+	 * queue pair; 0 elsewhere). */
+	uint64_t wake_fds;
+	uint64_t reserved[12];
 } tf_context_stats_t;
 
 /*

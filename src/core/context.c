@@ -443,6 +443,8 @@ int tf_context_query_stats(tf_context_t *ctx, tf_context_stats_t *s)
 	s->xlate_hits = LOAD(xlate_hits);
 	s->xlate_misses = LOAD(xlate_misses);
 	s->xlate_evictions = LOAD(xlate_evictions);
+	s->cq_wakes_direct = LOAD(cq_wakes_direct);
+	s->wake_fds = LOAD(wake_fds);
 	tf__stats_objects(ctx, s);
 	return 0;
 }

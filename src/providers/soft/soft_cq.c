@@ -19,12 +19,57 @@
 
 #include "soft_int.h"
 
+/* A word of tpt_ctl->cq_wake for @cq, with a new generation; none when
+ * all are taken (its sleepers are then woken through the waker). */
+static void wake_slot_get(struct soft_ctx *ctx, struct soft_cq *cq)
+{
+	cq->wake_slot = -1;
+	pthread_mutex_lock(&ctx->lock);
+	for (unsigned w = 0; w < SOFT_CQ_WAKE_SLOTS / 64; w++) {
+		unsigned b;
+
+		if (ctx->cq_slots[w] == UINT64_MAX)
+			continue;
+		b = (unsigned)__builtin_ctzll(~ctx->cq_slots[w]);
+		ctx->cq_slots[w] |= 1ull << b;
+		cq->wake_slot = (int)(w * 64 + b);
+		/* Never 0: a word of 0 names no CQ. */
+		if (++ctx->cq_wake_gen > UINT32_MAX >> 1)
+			ctx->cq_wake_gen = 1;
+		cq->wake_gen = ctx->cq_wake_gen;
+		break;
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	if (cq->wake_slot >= 0)
+		atomic_store(&ctx->tpt_ctl->cq_wake[cq->wake_slot],
+			     cq->wake_gen << 1);
+}
+
+static void wake_slot_put(struct soft_ctx *ctx, struct soft_cq *cq)
+{
+	if (cq->wake_slot < 0)
+		return;
+	atomic_store(&ctx->tpt_ctl->cq_wake[cq->wake_slot], 0);
+	pthread_mutex_lock(&ctx->lock);
+	ctx->cq_slots[cq->wake_slot / 64] &= ~(1ull << (cq->wake_slot % 64));
+	pthread_mutex_unlock(&ctx->lock);
+	cq->wake_slot = -1;
+}
+
+/* The arm is over (consumed by a completion, or dropped): peers no
+ * longer find it in cq_wake. */
+static void wake_slot_disarm(struct soft_ctx *ctx, struct soft_cq *cq)
+{
+	if (cq->wake_slot >= 0)
+		atomic_store(&ctx->tpt_ctl->cq_wake[cq->wake_slot],
+			     cq->wake_gen << 1);
+}
+
 int soft_cq_create(struct tf_context *base, uint32_t depth, struct tf_cq **cq_p)
 {
 	struct soft_cq *cq;
 	int ret;
 
-	(void)base; /* the context's wait set is the waker's, not ours */
 	cq = tf__calloc(1, sizeof(*cq));
 	if (!cq)
 		return -ENOMEM;
@@ -42,6 +87,7 @@ int soft_cq_create(struct tf_context *base, uint32_t depth, struct tf_cq **cq_p)
 	}
 	pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
 	cq->base.depth = depth;
+	wake_slot_get(soft_ctx_of(base), cq);
 	*cq_p = &cq->base;
 	return 0;
 
@@ -69,6 +115,7 @@ int soft_cq_destroy(struct tf_cq *base)
 
 	if (atomic_exchange(&cq->armed, false))
 		disarm_ctx(soft_ctx_of(base->ctx));
+	wake_slot_put(soft_ctx_of(base->ctx), cq);
 	close(cq->efd);
 	pthread_spin_destroy(&cq->lock);
 	tf__free(cq->ring);
@@ -108,6 +155,7 @@ int soft_cq_push(struct soft_cq *cq, const struct tf_wc *wc)
 	    atomic_exchange(&cq->armed, false)) {
 		uint64_t one = 1;
 
+		wake_slot_disarm(soft_ctx_of(cq->base.ctx), cq);
 		if (write(cq->efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 			tf_log_warn(SOFT_SUBSYS, "cq eventfd write: %m");
 		disarm_ctx(soft_ctx_of(cq->base.ctx));
@@ -178,8 +226,14 @@ int soft_cq_arm(struct tf_cq *base)
 		tf_log_error(SOFT_SUBSYS, "cq eventfd read: %m");
 		return ret;
 	}
-	if (atomic_exchange(&cq->armed, true))
+	if (atomic_exchange(&cq->armed, true)) {
+		/* Still armed, and its bit maybe taken by a peer that woke
+		 * the sleeper directly: offer it again. */
+		if (cq->wake_slot >= 0)
+			atomic_fetch_or(&ctx->tpt_ctl->cq_wake[cq->wake_slot],
+					1u);
 		return 0;
+	}
 	first = atomic_fetch_add(&ctx->n_armed, 1) == 0;
 	if (first)
 		atomic_store(&ctx->tpt_ctl->armed, 1);
@@ -187,6 +241,13 @@ int soft_cq_arm(struct tf_cq *base)
 	/* No waker, no wake-up for remote completions: not armed. */
 	if (ret && atomic_exchange(&cq->armed, false))
 		disarm_ctx(ctx);
+	/* Peers may now wake this CQ's sleeper themselves (after the
+	 * context's flag: a peer that sees this bit saw that flag too).
+	 * Sequentially consistent, as the doorbell a peer rings before it
+	 * looks here: the caller's look once more, or the peer, sees the
+	 * other's write. */
+	if (!ret && cq->wake_slot >= 0)
+		atomic_fetch_or(&ctx->tpt_ctl->cq_wake[cq->wake_slot], 1u);
 	/* A doorbell rung before the arm (so without waking anyone) and
 	 * not yet seen: the caller's look once more may make no progress
 	 * (another thread, the waker itself, holds the progress lock and

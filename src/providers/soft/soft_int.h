@@ -80,6 +80,9 @@ _Static_assert(sizeof(void *) == 8, "the soft provider needs 64-bit");
 
 /* Most QPs per context (QP numbers carry a generation above these bits). */
 #define SOFT_MAX_QP 4096u
+/* CQs whose sleepers a shm peer may wake directly (soft_tpt_ctl.cq_wake);
+ * the others are woken through the context's waker thread. */
+#define SOFT_CQ_WAKE_SLOTS 512u
 /* Entries of the shared-memory table (tf_mem_alloc regions peers map). */
 #define SOFT_MAX_SHMEM 1024u
 
@@ -152,6 +155,17 @@ struct soft_tpt_ctl {
 	 * (a bogus bit costs one cheap look).  On lines of their own, away
 	 * from the doorbell that every sender writes. */
 	_Alignas(64) _Atomic uint64_t ready[SOFT_MAX_QP / 64];
+	/* One word per CQ slot (soft_cq.wake_slot): the slot's generation
+	 * (bits 31-1, renewed at each CQ creation) and whether that CQ is
+	 * armed (bit 0).  A shm peer that queued a message for a QP whose
+	 * receive CQ it finds armed here takes the bit (compare-and-swap,
+	 * against the generation the QP's segment names) and writes that
+	 * CQ's eventfd itself: the thread asleep on the CQ's fd wakes at
+	 * once and makes the progress, instead of the waker waking first
+	 * and then waking it.  A peer's writes here can only cost a
+	 * sleeper a direct wake-up: the waker's path (armed, above) stays
+	 * behind it. */
+	_Alignas(64) _Atomic uint32_t cq_wake[SOFT_CQ_WAKE_SLOTS];
 };
 
 _Static_assert(sizeof(struct soft_tpt_ctl) <= SOFT_PAGE_SIZE,
@@ -292,6 +306,10 @@ struct soft_cq {
 	bool overflow;
 	int efd; /* tf_cq_fd: written when a completion arrives while armed */
 	_Atomic bool armed;
+	/* Its word in soft_tpt_ctl.cq_wake (-1: none, all taken) and the
+	 * generation it holds there. */
+	int wake_slot;
+	uint32_t wake_gen;
 };
 
 /* Send WQE states (engine). */
@@ -386,6 +404,7 @@ struct soft_qp {
 	const struct soft_transport_ops *tp; /* chosen at connect */
 	void *tp_priv;			     /* transport state */
 	void *shm_seg;			     /* shm: own segment (shm_seg) */
+	bool tx_wait_pub; /* shm: what its segment's tx_wait says */
 	int shm_seg_fd;
 	size_t shm_seg_size;
 };
@@ -459,6 +478,10 @@ struct soft_ctx {
 	int prog_epfd;
 	int waker_efd;	     /* unparks or stops the waker */
 	atomic_uint n_armed; /* armed CQs */
+	/* CQ slots in tpt_ctl->cq_wake in use, and the last generation
+	 * given (both ctx->lock). */
+	uint64_t cq_slots[SOFT_CQ_WAKE_SLOTS / 64];
+	uint32_t cq_wake_gen;
 	pthread_t waker;
 	pid_t waker_pid;	    /* the process that started it */
 	_Atomic bool waker_running; /* set once, under ctx->lock */
@@ -487,6 +510,10 @@ static inline uint32_t soft_pow2(uint32_t n)
 		p <<= 1;
 	return p;
 }
+
+/* shm: publish in @qp's segment whether work waits in its send queue
+ * (its peer then wakes it for acknowledgements; soft_shm_seg.c). */
+void soft_shm_tx_wait(struct soft_qp *qp, bool waiting);
 
 static inline struct soft_ctx *soft_ctx_of(struct tf_context *c)
 {

@@ -241,6 +241,11 @@ void soft_engine_kick(struct soft_qp *qp)
 			break;
 		}
 	}
+	/* Work left waiting (a full ring, a fence, a local operation
+	 * behind older work) moves on with the peer's acknowledgements:
+	 * the peer must then wake this side for them. */
+	if (qp->shm_seg && (qp->sq_next != qp->sq_tail) != qp->tx_wait_pub)
+		soft_shm_tx_wait(qp, qp->sq_next != qp->sq_tail);
 	qp->in_kick = was;
 }
 

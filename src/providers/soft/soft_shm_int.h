@@ -88,7 +88,7 @@
 #include "soft_int.h"
 
 #define SHM_SEG_MAGIC	 0x5345474d48535446ull /* "FTSHMGES" */
-#define SHM_SEG_VERSION	 2
+#define SHM_SEG_VERSION	 3
 #define SHM_HDR_SIZE	 512u
 #define SHM_REC_ALIGN	 64u
 #define SHM_OP_PAD	 0xffu
@@ -116,6 +116,20 @@ struct shm_seg {
 	int32_t owner_pid;
 	/* Written by the owner. */
 	alignas(64) _Atomic uint32_t state;
+	/* The owner QP's receive CQ, for a direct wake-up (soft_tpt_ctl
+	 * .cq_wake): its slot there (UINT32_MAX: none), the generation the
+	 * slot holds for it, and the number of its eventfd in the owner's
+	 * process.  Published with the QP's address. */
+	_Atomic uint32_t rcq_slot;
+	_Atomic uint32_t rcq_gen;
+	_Atomic int32_t rcq_efd;
+	/* The same for its send CQ, where the completions that the peer's
+	 * acknowledgements produce land; and whether work waits in its
+	 * send queue for them (soft_engine_kick). */
+	_Atomic uint32_t scq_slot;
+	_Atomic uint32_t scq_gen;
+	_Atomic int32_t scq_efd;
+	_Atomic uint32_t tx_wait;
 	/* Written by the owner at connect: the one peer QP it connected to
 	 * (conn_set 1 once conn_nonce and conn_qpn are valid).  Initiators
 	 * read it on every one-sided access: only that peer may access. */
@@ -216,6 +230,7 @@ struct shm_peer {
 };
 
 struct shm_ctx {
+	struct soft_ctx *ctx;	  /* its context */
 	pthread_mutex_t seg_lock; /* segs[], spare[] (leaf lock) */
 	struct soft_qp **segs;
 	uint32_t n_segs;
@@ -280,6 +295,21 @@ struct shm_qp {
 	uint64_t rx_head, rx_seq;
 	uint32_t my_nak_gen;
 	bool rnr_stalled;
+	/* The peer QP's receive and send CQs (its segment's rcq_* and
+	 * scq_*, read at connect): their cq_wake slot and generation, and
+	 * their eventfd (-1: not duplicated yet; -2: none, or cannot be). */
+	struct shm_peer_cq {
+		uint32_t slot, gen;
+		int32_t efd_num;
+		int fd;
+	} rcq, scq;
+};
+
+/* What soft_shm_wake_cq found. */
+enum shm_cq_wake {
+	SHM_CQ_WOKEN,	  /* its sleeper woken, by us or by another */
+	SHM_CQ_NOT_ARMED, /* nobody asleep on it */
+	SHM_CQ_UNKNOWN,	  /* no direct wake-up for it: use the waker */
 };
 
 static inline struct shm_seg *own_seg(struct soft_qp *qp)
@@ -368,6 +398,10 @@ static inline uint8_t *shm_map_cached(struct shm_peer *p,
 /* The peer sleeps on a CQ fd: write its wake eventfd (opened on first
  * use).  A system call, but only while the peer has armed a CQ. */
 void soft_shm_wake_peer(struct shm_peer *p);
+/* Wake the thread asleep on @cq, a CQ of @s's peer QP, directly if that
+ * CQ is armed.  @qp's lock. */
+enum shm_cq_wake soft_shm_wake_cq(struct soft_qp *qp, struct shm_qp *s,
+				  struct shm_peer_cq *cq);
 
 _Static_assert(SOFT_MAX_QP % 64 == 0 && SOFT_MAX_QP / 64 <= 64,
 	       "QP bitmaps and their summary word");
@@ -388,13 +422,14 @@ static inline uint64_t shm_bit_mask(uint32_t qpn)
  * relies on, see shm_progress).  The doorbell update is a full barrier,
  * so the armed flag read after it pairs with the peer's "arm, then poll
  * once more". */
-static inline void soft_shm_ring_doorbell(struct shm_qp *s)
+static inline void soft_shm_ring_doorbell(struct soft_qp *qp, struct shm_qp *s)
 {
 	atomic_fetch_or_explicit(&s->peer->ctl->ready[shm_bit_word(s->rqpn)],
 				 shm_bit_mask(s->rqpn), memory_order_seq_cst);
 	atomic_fetch_add_explicit(&s->peer->ctl->doorbell, 1,
 				  memory_order_seq_cst);
-	if (atomic_load_explicit(&s->peer->ctl->armed, memory_order_relaxed))
+	if (atomic_load_explicit(&s->peer->ctl->armed, memory_order_relaxed) &&
+	    soft_shm_wake_cq(qp, s, &s->rcq) != SHM_CQ_WOKEN)
 		soft_shm_wake_peer(s->peer);
 }
 

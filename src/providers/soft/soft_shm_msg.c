@@ -97,7 +97,7 @@ int soft_shm_ring_send(struct soft_qp *qp, struct shm_qp *s,
 	atomic_store_explicit(&s->rseg->tail, s->tx_tail, memory_order_release);
 	SOFT_WRITE_ONCE(s->n_inflight, s->n_inflight + 1);
 	shm_mark_pending(qp->ctx->shm_priv, qp->base.qpn);
-	soft_shm_ring_doorbell(s);
+	soft_shm_ring_doorbell(qp, s);
 	return 0;
 }
 
@@ -153,7 +153,7 @@ static int tx_progress(struct soft_qp *qp, struct shm_qp *s)
 	if (s->rnr_go_pending && tf__now_ns() >= s->rnr_deadline) {
 		atomic_store_explicit(&rs->rnr_go, s->rnr_go_pending,
 				      memory_order_release);
-		soft_shm_ring_doorbell(s);
+		soft_shm_ring_doorbell(qp, s);
 		s->rnr_go_pending = 0;
 		n++;
 	}
@@ -311,14 +311,28 @@ static bool msg_valid(struct soft_qp *qp, struct shm_qp *s,
 /* Receiver side: consume our inbound ring.  qp->lock. */
 static int rx_progress_one(struct soft_qp *qp, struct shm_qp *s);
 
-/* Receiver side, and then a wake-up for a sender asleep on its CQ fd
- * waiting for our acknowledgements. */
+/*
+ * Receiver side, and then a wake-up for a sender asleep on a CQ fd that
+ * waits for our acknowledgements: for the completions they produce on its
+ * send CQ (woken directly where we can), or for the work they let go out
+ * (its segment's tx_wait: the waker, which does not know which CQ the
+ * sender sleeps on).  A sender with neither needs no wake-up: a sleeping
+ * server that armed only its receive CQs is not woken by the
+ * acknowledgement of its answer.
+ */
 static int rx_progress(struct soft_qp *qp, struct shm_qp *s)
 {
 	int n = rx_progress_one(qp, s);
 
-	if (n &&
-	    atomic_load_explicit(&s->peer->ctl->armed, memory_order_seq_cst))
+	if (!n)
+		return n;
+	/* Our acknowledgements (release stores) before the sender's flags:
+	 * pairs with the sender's "flag, then look at the acks". */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!atomic_load_explicit(&s->peer->ctl->armed, memory_order_relaxed))
+		return n;
+	if (atomic_load_explicit(&s->rseg->tx_wait, memory_order_relaxed) ||
+	    soft_shm_wake_cq(qp, s, &s->scq) == SHM_CQ_UNKNOWN)
 		soft_shm_wake_peer(s->peer);
 	return n;
 }

@@ -96,7 +96,7 @@ rma_denied(struct soft_qp *qp, struct shm_qp *s, const struct soft_swqe *wqe)
 		     qp->base.qpn, wqe->rkey,
 		     (unsigned long long)wqe->remote_addr, wqe->total_len);
 	atomic_store_explicit(&s->rseg->peer_err, 1, memory_order_release);
-	soft_shm_ring_doorbell(s);
+	soft_shm_ring_doorbell(qp, s);
 	return TF_WC_REM_ACCESS_ERR;
 }
 

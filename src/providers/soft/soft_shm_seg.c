@@ -40,6 +40,7 @@ static int shm_ctx_alloc(struct soft_ctx *ctx)
 	sc = tf__calloc(1, sizeof(*sc));
 	if (!sc)
 		return -ENOMEM;
+	sc->ctx = ctx;
 	sc->segs = tf__calloc(SOFT_MAX_QP, sizeof(*sc->segs));
 	if (!sc->segs) {
 		tf__free(sc);
@@ -138,6 +139,7 @@ static struct shm_seg *spare_take(struct shm_ctx *sc, size_t size, int *fd_p)
 	atomic_store(&seg->nak_seq, 0);
 	atomic_store(&seg->nak_status, 0);
 	atomic_store(&seg->nak_gen, 0);
+	atomic_store(&seg->tx_wait, 0);
 	atomic_store(&seg->active, 0);
 	atomic_store(&seg->peer_pid, 0);
 	atomic_store(&seg->peer_err, 0);
@@ -322,12 +324,29 @@ void soft_shm_quiesce(struct soft_ctx *ctx, uint32_t slot, struct soft_qp *qp)
 	pthread_mutex_unlock(&sc->seg_lock);
 }
 
+/* @cq's slot, generation and eventfd number, for a peer's direct
+ * wake-up (soft_shm_wake_cq). */
+static void publish_cq(_Atomic uint32_t *slot, _Atomic uint32_t *gen,
+		       _Atomic int32_t *efd, const struct soft_cq *cq)
+{
+	atomic_store(slot, cq && cq->wake_slot >= 0 ? (uint32_t)cq->wake_slot
+						    : UINT32_MAX);
+	atomic_store(gen, cq ? cq->wake_gen : 0);
+	atomic_store(efd, cq ? cq->efd : -1);
+}
+
 int soft_shm_qp_addr(struct soft_qp *qp, struct soft_peer_addr *me)
 {
 	struct shm_seg *seg = own_seg(qp);
+	const struct soft_cq *rcq = (const struct soft_cq *)qp->base.recv_cq;
+	const struct soft_cq *scq = (const struct soft_cq *)qp->base.send_cq;
 
 	if (!seg)
 		return -EINVAL;
+	/* Before the magic (release below) of a new segment; a reused one
+	 * is renamed here for its new QP before the address goes out. */
+	publish_cq(&seg->rcq_slot, &seg->rcq_gen, &seg->rcq_efd, rcq);
+	publish_cq(&seg->scq_slot, &seg->scq_gen, &seg->scq_efd, scq);
 	if (!seg->magic) {
 		seg->qpn = qp->base.qpn;
 		atomic_thread_fence(memory_order_release);
@@ -419,8 +438,11 @@ static void peer_free(struct shm_peer *p)
 		munmap((void *)p->tpt, p->tpt_size);
 	if (p->pidfd >= 0)
 		close(p->pidfd);
-	if (atomic_load(&p->wake_fd) >= 0)
+	if (atomic_load(&p->wake_fd) >= 0) {
 		close(atomic_load(&p->wake_fd));
+		atomic_fetch_sub_explicit(&p->sc->ctx->base.wake_fds, 1,
+					  memory_order_relaxed);
+	}
 	pthread_mutex_destroy(&p->map_lock);
 	tf__free(p);
 }
@@ -1020,6 +1042,17 @@ static void seg_unmap(struct soft_ctx *ctx, struct shm_qp *s)
 	}
 }
 
+/* A peer CQ as its QP's segment names it: none unless it is a slot with
+ * a generation and an eventfd number. */
+static void peer_cq_init(struct shm_peer_cq *cq, uint32_t slot, uint32_t gen,
+			 int32_t efd_num)
+{
+	cq->slot = slot;
+	cq->gen = gen;
+	cq->efd_num = efd_num;
+	cq->fd = slot < SOFT_CQ_WAKE_SLOTS && gen && efd_num >= 0 ? -1 : -2;
+}
+
 int soft_shm_connect(struct soft_qp *qp)
 {
 	struct soft_ctx *ctx = qp->ctx;
@@ -1120,6 +1153,11 @@ have_seg:
 	s->rx_head = atomic_load(&own_seg(qp)->head);
 	s->rx_seq = atomic_load(&own_seg(qp)->ack_seq);
 	s->my_nak_gen = atomic_load(&own_seg(qp)->nak_gen);
+	/* The peer's word, checked where it is used. */
+	peer_cq_init(&s->rcq, atomic_load(&rs->rcq_slot),
+		     atomic_load(&rs->rcq_gen), atomic_load(&rs->rcq_efd));
+	peer_cq_init(&s->scq, atomic_load(&rs->scq_slot),
+		     atomic_load(&rs->scq_gen), atomic_load(&rs->scq_efd));
 	soft_qp_lock(qp);
 	/* Release: the hint reads of progress see an initialized state. */
 	__atomic_store_n(&qp->tp_priv, s, __ATOMIC_RELEASE);
@@ -1159,12 +1197,98 @@ void soft_shm_qp_fini(struct soft_qp *qp)
 	/* The peer QP may take another initiator now (it still refuses
 	 * any but us: its conn_* record stays). */
 	unclaim(s->rseg, qp);
+	for (struct shm_peer_cq *c = &s->rcq; c <= &s->scq; c++)
+		if (c->fd >= 0) {
+			close(c->fd);
+			atomic_fetch_sub_explicit(&ctx->base.wake_fds, 1,
+						  memory_order_relaxed);
+		}
 	seg_unmap(ctx, s);
 	pthread_mutex_lock(&ctx->lock);
 	peer_put(ctx, s->peer);
 	pthread_mutex_unlock(&ctx->lock);
 	tf__free(s);
 	qp->tp_priv = NULL;
+}
+
+/*
+ * The peer's eventfd number @num as our descriptor, if it is an eventfd
+ * (the number is the peer's word): -2 otherwise.  pidfd_getfd only: an
+ * eventfd is no file, so /proc cannot reopen it (as soft_shm_wake_peer).
+ */
+static int peer_eventfd(struct shm_peer *p, int num)
+{
+	char path[64], link[32];
+	ssize_t n;
+	int fd;
+
+	if (p->pidfd < 0)
+		return -2;
+	fd = (int)syscall(SYS_pidfd_getfd, p->pidfd, num, 0);
+	if (fd < 0) {
+		tf_log_debug(SOFT_SUBSYS,
+			     "shm: cannot get peer %d's CQ eventfd: %m",
+			     (int)p->pid);
+		return -2;
+	}
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0 || (link[n] = 0, strcmp(link, "anon_inode:[eventfd]"))) {
+		tf_log_debug(SOFT_SUBSYS,
+			     "shm: peer %d's CQ fd %d is no eventfd",
+			     (int)p->pid, num);
+		close(fd);
+		return -2;
+	}
+	return fd;
+}
+
+enum shm_cq_wake soft_shm_wake_cq(struct soft_qp *qp, struct shm_qp *s,
+				  struct shm_peer_cq *cq)
+{
+	_Atomic uint32_t *w;
+	uint64_t one = 1;
+	uint32_t v;
+
+	/* One CQ for both (a session's data QP): one eventfd. */
+	if (cq == &s->scq && s->scq.slot == s->rcq.slot &&
+	    s->scq.gen == s->rcq.gen)
+		cq = &s->rcq;
+	if (cq->fd == -2)
+		return SHM_CQ_UNKNOWN;
+	w = &s->peer->ctl->cq_wake[cq->slot];
+	v = atomic_load(w);
+	if (v >> 1 != cq->gen)
+		return SHM_CQ_UNKNOWN; /* not that CQ any more */
+	if (!(v & 1))
+		return SHM_CQ_NOT_ARMED;
+	if (cq->fd == -1) {
+		cq->fd = peer_eventfd(s->peer, cq->efd_num);
+		if (cq->fd < 0)
+			return SHM_CQ_UNKNOWN;
+		TF_STAT_ADD(&qp->ctx->base, wake_fds, 1);
+	}
+	/* Taken by another waker (who writes the eventfd) or consumed by
+	 * the owner's completion (which did): woken either way. */
+	if (!atomic_compare_exchange_strong(w, &v, v & ~1u))
+		return v >> 1 == cq->gen && !(v & 1) ? SHM_CQ_WOKEN
+						     : SHM_CQ_UNKNOWN;
+	if (write(cq->fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
+		tf_log_debug(SOFT_SUBSYS, "shm: waking peer %d's CQ: %m",
+			     (int)s->peer->pid);
+		return SHM_CQ_UNKNOWN;
+	}
+	TF_STAT_ADD(&qp->ctx->base, cq_wakes_direct, 1);
+	return SHM_CQ_WOKEN;
+}
+
+void soft_shm_tx_wait(struct soft_qp *qp, bool waiting)
+{
+	qp->tx_wait_pub = waiting;
+	/* Sequentially consistent, as the peer's look at it after it
+	 * published its acknowledgements: either the peer sees the flag,
+	 * or this side's next progress sees the acknowledgements. */
+	atomic_store(&own_seg(qp)->tx_wait, waiting);
 }
 
 void soft_shm_wake_peer(struct shm_peer *p)
@@ -1192,6 +1316,8 @@ void soft_shm_wake_peer(struct shm_peer *p)
 			if (nfd >= 0)
 				close(nfd);
 			nfd = expect;
+		} else if (nfd >= 0) {
+			TF_STAT_ADD(&p->sc->ctx->base, wake_fds, 1);
 		}
 		fd = nfd;
 	}

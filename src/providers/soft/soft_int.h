@@ -172,8 +172,9 @@ _Static_assert(sizeof(struct soft_tpt_ctl) <= SOFT_PAGE_SIZE,
 	       "the TPT control page");
 
 #define SOFT_TPT_MAGIC 0x5446545054534f46ull /* "FOSTPTFT" */
-/* Layout of the TPT memfd (soft_tpt_hdr.version): 2 added ctl.ready. */
-#define SOFT_TPT_VERSION 2u
+/* Layout of the TPT memfd (soft_tpt_hdr.version): 2 added ctl.ready, 3
+ * ctl.cq_wake. */
+#define SOFT_TPT_VERSION 3u
 
 /* Header of the read-only part, at offset SOFT_PAGE_SIZE of the memfd. */
 struct soft_tpt_hdr {

@@ -139,7 +139,7 @@ static void spin_for(tf_cq_t *cq, uint64_t wr_id)
 int main(void)
 {
 	struct tf_pair p;
-	tf_cq_t *filler[SLOTS];
+	tf_cq_t *filler[SLOTS] = {NULL};
 	uint64_t w0;
 
 	setenv("TOLLFREE_PROVIDER", "soft", 1);

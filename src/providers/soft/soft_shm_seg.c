@@ -1233,7 +1233,9 @@ static int peer_eventfd(struct shm_peer *p, int num)
 	}
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	n = readlink(path, link, sizeof(link) - 1);
-	if (n < 0 || (link[n] = 0, strcmp(link, "anon_inode:[eventfd]"))) {
+	if (n >= 0)
+		link[n] = 0;
+	if (n < 0 || strcmp(link, "anon_inode:[eventfd]") != 0) {
 		tf_log_debug(SOFT_SUBSYS,
 			     "shm: peer %d's CQ fd %d is no eventfd",
 			     (int)p->pid, num);

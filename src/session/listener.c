@@ -385,17 +385,23 @@ static void listener_unwatch(struct tf_listener *l, struct tf_conn *c)
 	c->ctl_watched = c->ctl_armed = false;
 }
 
-/* Take a handshaking or idle connection off the listener's books (its
- * fds out of the epoll set, its count, its list). */
-static void listener_release(struct tf_listener *l, struct tf_conn *c)
+/* A handshaking or idle connection off the listener's counts and list. */
+static void listener_unbook(struct tf_listener *l, struct tf_conn *c)
 {
-	listener_unwatch(l, c);
 	tf__peers_unkeep(l->node, c);
 	if (c->hs == TF_CONN_IDLE)
 		l->n_idle--;
 	else
 		l->n_pending--;
 	tf__conn_unlink(c);
+}
+
+/* Take a handshaking or idle connection off the listener's books (its
+ * fds out of the epoll set, its count, its list). */
+static void listener_release(struct tf_listener *l, struct tf_conn *c)
+{
+	listener_unwatch(l, c);
+	listener_unbook(l, c);
 }
 
 /*
@@ -419,12 +425,7 @@ static void listener_hand_over(struct tf_listener *l, struct tf_conn *c)
 		c->unwatch_next = l->unwatch;
 		l->unwatch = c;
 	}
-	tf__peers_unkeep(l->node, c);
-	if (c->hs == TF_CONN_IDLE)
-		l->n_idle--;
-	else
-		l->n_pending--;
-	tf__conn_unlink(c);
+	listener_unbook(l, c);
 }
 
 /* Off the deferred list, its fds still in the set: whether it was on

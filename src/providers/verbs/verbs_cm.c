@@ -568,12 +568,6 @@ static bool same_device(struct tf_verbs_ctx *c, struct rdma_cm_id *id)
 }
 
 /*
- * Listen on the first IP address that rdma_cm maps to our device and port:
- * binding a cm id to an address tells which device owns it, for iWARP as
- * for RoCE.  Loopback and link-local addresses are left out (rdma_cm binds
- * loopback to whichever device comes first).
- */
-/*
  * A listening id on @i's address: 0 (*@id_p set), 1 when the address is
  * not this device's, or the error.  rdma_cm picks the port in its own port
  * space; on iWARP the listen then takes that port in the host's TCP stack
@@ -611,6 +605,12 @@ static int listen_on(struct tf_verbs_ctx *c, struct tf_verbs_cm *cm,
 	}
 }
 
+/*
+ * Listen on the first IP address that rdma_cm maps to our device and port:
+ * binding a cm id to an address tells which device owns it, for iWARP as
+ * for RoCE.  Loopback and link-local addresses are left out (rdma_cm binds
+ * loopback to whichever device comes first).
+ */
 static int cm_listen(struct tf_verbs_ctx *c, struct tf_verbs_cm *cm)
 {
 	struct ifaddrs *ifs, *i;

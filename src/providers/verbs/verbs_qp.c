@@ -166,6 +166,19 @@ uint8_t tf_verbs_ack_timeout(uint32_t timeout_ms)
 	return t;
 }
 
+/* ibv_modify_qp to the state @a names (@name, for the log): 0 or the
+ * negative errno, logged. */
+static int qp_modify(struct tf_verbs_qp *qp, struct ibv_qp_attr *a, int mask,
+		     const char *name)
+{
+	int ret = ibv_modify_qp(qp->ibqp, a, mask);
+
+	if (ret)
+		tf_log_error(VERBS_SUBSYS, "qp %u: modify to %s: %s",
+			     qp->base.qpn, name, strerror(ret));
+	return -ret;
+}
+
 /* RESET -> INIT with the access flags of the QP's create. */
 static int qp_to_init(struct tf_verbs_qp *qp)
 {
@@ -175,18 +188,14 @@ static int qp_to_init(struct tf_verbs_qp *qp)
 		.port_num = qp->ctx->port,
 		.qp_access_flags = tf_verbs_access(qp->base.access),
 	};
-	int ret;
-
-	ret = ibv_modify_qp(qp->ibqp, &a,
+	int ret = qp_modify(qp, &a,
 			    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				    IBV_QP_ACCESS_FLAGS);
-	if (ret) {
-		tf_log_error(VERBS_SUBSYS, "qp %u: modify to INIT: %s",
-			     qp->base.qpn, strerror(ret));
-		return -ret;
-	}
-	qp->base.state = TF_QPS_INIT;
-	return 0;
+				    IBV_QP_ACCESS_FLAGS,
+			    "INIT");
+
+	if (!ret)
+		qp->base.state = TF_QPS_INIT;
+	return ret;
 }
 
 int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
@@ -425,15 +434,13 @@ int tf_verbs_qp_connect(struct tf_qp *bqp, const void *addr, size_t len)
 	a.max_rd_atomic =
 		(uint8_t)(da->max_qp_init_rd_atom < 16 ? da->max_qp_init_rd_atom
 						       : 16);
-	ret = ibv_modify_qp(qp->ibqp, &a,
-			    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				    IBV_QP_MAX_QP_RD_ATOMIC);
-	if (ret) {
-		tf_log_error(VERBS_SUBSYS, "qp %u: modify to RTS: %s",
-			     qp->base.qpn, strerror(ret));
-		return -ret;
-	}
+	ret = qp_modify(qp, &a,
+			IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				IBV_QP_MAX_QP_RD_ATOMIC,
+			"RTS");
+	if (ret)
+		return ret;
 	qp->base.state = TF_QPS_RTS;
 	return 0;
 }
@@ -444,12 +451,9 @@ int tf_verbs_qp_set_error(struct tf_qp *bqp)
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
 	int ret;
 
-	ret = ibv_modify_qp(qp->ibqp, &a, IBV_QP_STATE);
-	if (ret) {
-		tf_log_error(VERBS_SUBSYS, "qp %u: modify to ERR: %s",
-			     qp->base.qpn, strerror(ret));
-		return -ret;
-	}
+	ret = qp_modify(qp, &a, IBV_QP_STATE, "ERR");
+	if (ret)
+		return ret;
 	tf_verbs_qp_went_error(qp);
 	return 0;
 }
@@ -484,12 +488,9 @@ int tf_verbs_qp_reset(struct tf_qp *bqp)
 	ret = tf__random(&psn, sizeof(psn));
 	if (ret)
 		return ret;
-	ret = ibv_modify_qp(qp->ibqp, &ra, IBV_QP_STATE);
-	if (ret) {
-		tf_log_warn(VERBS_SUBSYS, "qp %u: modify to RESET: %s",
-			    qp->base.qpn, strerror(ret));
-		return -ret;
-	}
+	ret = qp_modify(qp, &ra, IBV_QP_STATE, "RESET");
+	if (ret)
+		return ret;
 	qp->base.state = TF_QPS_RESET;
 	qp->gen = atomic_fetch_add(&c->qp_gen, 1) & VERBS_WRID_GEN_MASK;
 	qp->psn = psn & 0xffffff;

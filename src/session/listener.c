@@ -247,7 +247,6 @@ static void listener_free(struct tf_listener *l)
 	tf__free(l);
 }
 
-static void listener_unwatch(struct tf_listener *l, struct tf_conn *c);
 static bool unwatch_cancel(struct tf_listener *l, struct tf_conn *c);
 static void unwatch_flush(struct tf_listener *l);
 
@@ -285,31 +284,75 @@ int tf_listener_fd(const tf_listener_t *l)
 	return l->epfd;
 }
 
+/*
+ * @c's socket (@sock) and control CQ (@ctl) in the listener's epoll set or
+ * out of it, as asked, from where the flags say they are: 0, or the error
+ * of an add.  A removal cannot fail in a way that matters (the fd is not
+ * there).
+ */
+static int watch_sock(struct tf_listener *l, struct tf_conn *c, bool on)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+
+	if (c->sock_watched == on)
+		return 0;
+	if (epoll_ctl(l->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, c->fd,
+		      &ev) &&
+	    on)
+		return -errno;
+	c->sock_watched = on;
+	return 0;
+}
+
+static int watch_ctl(struct tf_listener *l, struct tf_conn *c, bool on)
+{
+	struct epoll_event ev = {.events = EPOLLIN,
+				 .data.u64 = (uint64_t)(uintptr_t)c | EV_CQ};
+	int cfd = c->ctl.cq ? tf_cq_fd(c->ctl.cq) : -EBADF;
+
+	if (c->ctl_watched == on)
+		return 0;
+	if (cfd >= 0 &&
+	    epoll_ctl(l->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, cfd, &ev))
+		cfd = -errno;
+	if (cfd < 0 && on)
+		return cfd;
+	c->ctl_watched = on;
+	return 0;
+}
+
+/* Take @c's fds out of the listener's epoll set. */
+static void listener_unwatch(struct tf_listener *l, struct tf_conn *c)
+{
+	watch_sock(l, c, false);
+	watch_ctl(l, c, false);
+	c->ctl_armed = false;
+}
+
 /* Watch @c on the listener for the next OPEN (server side, idle). */
 void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 {
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-	/* Its fds may still be in the epoll set (the session ended before
-	 * the listener's next call): then they stay there. */
-	bool in_set = unwatch_cancel(l, c);
-	bool ctl_in_set = in_set && c->ctl_watched;
-	struct tf_conn *old;
-
-	/* A busy-polling listener does not watch the socket of a kept
-	 * connection with a control QP: the next OPEN comes on the QP, and
-	 * the socket's end is looked for every TF_LISTENER_SOCKCHECK_NS
+	/* The next OPEN comes on the control QP, whose CQ's fd joins the
+	 * socket in the epoll set, armed, so that the listener fd becomes
+	 * readable when it arrives.  A busy-polling listener polls the
+	 * control QP instead, and does not watch the socket either: the
+	 * socket's end is looked for every TF_LISTENER_SOCKCHECK_NS
 	 * (tf_listener_accept).  Adding it to the epoll set and removing it
 	 * again cost more than the rest of the session's accept. */
-	if (!in_set)
-		c->sock_watched = !(l->busy_poll && c->ctl.ready);
+	bool ctl = c->ctl.ready && !l->busy_poll;
+	bool sock = !(l->busy_poll && c->ctl.ready);
+	struct tf_conn *old;
+	int ret;
+
+	/* Its fds may still be in the set, if the session ended before the
+	 * listener's next call: the flags say so, and they stay. */
+	unwatch_cancel(l, c);
+	c->ctl_armed = false;
 	/* Past TOLLFREE_SESSION_MAX_KEPT{,_PEER} the connection ends with
 	 * its session: its client's next session makes a new one. */
 	if (l->dead || !l->node->qp_cache || c->broken ||
-	    !tf__peers_keep(l->node, c) ||
-	    (!in_set && c->sock_watched &&
-	     epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev))) {
-		if (in_set)
-			listener_unwatch(l, c);
+	    !tf__peers_keep(l->node, c) || watch_sock(l, c, sock)) {
+		listener_unwatch(l, c);
 		tf__conn_destroy(c);
 		return;
 	}
@@ -323,28 +366,19 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 		tf__conn_destroy(c);
 		return;
 	}
-	/* The next OPEN comes on the control QP: its CQ's fd joins the
-	 * socket in the epoll set, armed, so that the listener fd becomes
-	 * readable when it arrives.  An OPEN that came before the arm is
-	 * found by the arm's second look, and announced by the kick.  A
-	 * busy-polling listener polls the control QP instead. */
-	c->ctl_watched = c->ctl_armed = false;
-	if (c->ctl.ready && !l->busy_poll) {
-		int cfd = tf_cq_fd(c->ctl.cq);
-
-		ev.data.u64 = (uint64_t)(uintptr_t)c | EV_CQ;
-		if (cfd < 0 || (!ctl_in_set &&
-				epoll_ctl(l->epfd, EPOLL_CTL_ADD, cfd, &ev))) {
-			/* The listener fd could not report its next OPEN. */
-			tf_log_warn(S, "cannot watch a control QP: %m");
-			c->ctl_watched = ctl_in_set;
-			listener_unwatch(l, c);
-			tf__conn_destroy(c);
-			return;
-		}
-		c->ctl_watched = true;
-		ctl_in_set = false;
-		if (cfd >= 0 && !tf__ctl_arm(c))
+	ret = watch_ctl(l, c, ctl);
+	if (ret) {
+		/* The listener fd could not report its next OPEN. */
+		tf_log_warn(S, "cannot watch a control QP: %s",
+			    tf_strerror(ret));
+		listener_unwatch(l, c);
+		tf__conn_destroy(c);
+		return;
+	}
+	/* An OPEN that came before the arm is found by the arm's second
+	 * look, and announced by the kick. */
+	if (ctl) {
+		if (!tf__ctl_arm(c))
 			c->ctl_armed = true;
 		if (c->ctl.n_backlog) {
 			uint64_t one = 1;
@@ -353,10 +387,6 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 				tf_log_debug(S, "listener kick: %m");
 		}
 	}
-	/* Still in the set from its last session, and no longer to be
-	 * watched (its control QP went). */
-	if (ctl_in_set && c->ctl.cq)
-		epoll_ctl(l->epfd, EPOLL_CTL_DEL, tf_cq_fd(c->ctl.cq), NULL);
 	tf__conn_link(&l->conns, c);
 	if (++l->n_idle > l->node->qp_cache) {
 		/* The oldest idle connection goes; the list also holds
@@ -372,17 +402,6 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 		l->n_idle--;
 		tf__conn_destroy(old);
 	}
-}
-
-/* Take @c's fds out of the listener's epoll set. */
-static void listener_unwatch(struct tf_listener *l, struct tf_conn *c)
-{
-	if (c->sock_watched)
-		epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	c->sock_watched = false;
-	if (c->ctl_watched)
-		epoll_ctl(l->epfd, EPOLL_CTL_DEL, tf_cq_fd(c->ctl.cq), NULL);
-	c->ctl_watched = c->ctl_armed = false;
 }
 
 /* A handshaking or idle connection off the listener's counts and list. */
@@ -475,16 +494,14 @@ static void listener_drop(struct tf_listener *l, struct tf_conn *c)
  * next message: false (and @c dropped) if epoll refused it. */
 static bool pending_watch(struct tf_listener *l, struct tf_conn *c)
 {
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+	int ret = watch_sock(l, c, true);
 
-	if (c->sock_watched)
-		return true;
-	if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
-		tf_log_warn(S, "cannot watch a connection: %m");
+	if (ret) {
+		tf_log_warn(S, "cannot watch a connection: %s",
+			    tf_strerror(ret));
 		listener_drop(l, c);
 		return false;
 	}
-	c->sock_watched = true;
 	return true;
 }
 

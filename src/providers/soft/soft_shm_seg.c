@@ -416,6 +416,13 @@ static int peer_fd(struct shm_peer *p, int fd, struct stat *st)
 	return f;
 }
 
+/* Close a peer's eventfd taken by peer_eventfd. */
+static void wake_fd_close(struct soft_ctx *ctx, int fd)
+{
+	close(fd);
+	atomic_fetch_sub_explicit(&ctx->base.wake_fds, 1, memory_order_relaxed);
+}
+
 static void peer_free(struct shm_peer *p)
 {
 	for (uint32_t i = 0; i < SOFT_MAX_SHMEM; i++)
@@ -438,11 +445,8 @@ static void peer_free(struct shm_peer *p)
 		munmap((void *)p->tpt, p->tpt_size);
 	if (p->pidfd >= 0)
 		close(p->pidfd);
-	if (atomic_load(&p->wake_fd) >= 0) {
-		close(atomic_load(&p->wake_fd));
-		atomic_fetch_sub_explicit(&p->sc->ctx->base.wake_fds, 1,
-					  memory_order_relaxed);
-	}
+	if (atomic_load(&p->wake_fd) >= 0)
+		wake_fd_close(p->sc->ctx, atomic_load(&p->wake_fd));
 	pthread_mutex_destroy(&p->map_lock);
 	tf__free(p);
 }
@@ -1197,12 +1201,10 @@ void soft_shm_qp_fini(struct soft_qp *qp)
 	/* The peer QP may take another initiator now (it still refuses
 	 * any but us: its conn_* record stays). */
 	unclaim(s->rseg, qp);
-	for (struct shm_peer_cq *c = &s->rcq; c <= &s->scq; c++)
-		if (c->fd >= 0) {
-			close(c->fd);
-			atomic_fetch_sub_explicit(&ctx->base.wake_fds, 1,
-						  memory_order_relaxed);
-		}
+	if (s->rcq.fd >= 0)
+		wake_fd_close(ctx, s->rcq.fd);
+	if (s->scq.fd >= 0)
+		wake_fd_close(ctx, s->scq.fd);
 	seg_unmap(ctx, s);
 	pthread_mutex_lock(&ctx->lock);
 	peer_put(ctx, s->peer);
@@ -1212,9 +1214,10 @@ void soft_shm_qp_fini(struct soft_qp *qp)
 }
 
 /*
- * The peer's eventfd number @num as our descriptor, if it is an eventfd
- * (the number is the peer's word): -2 otherwise.  pidfd_getfd only: an
- * eventfd is no file, so /proc cannot reopen it (as soft_shm_wake_peer).
+ * The peer's eventfd number @num (its word: its context's wake-up fd, or a
+ * CQ's) as our descriptor, counted in wake_fds, if it is an eventfd: -2
+ * otherwise.  pidfd_getfd only (an eventfd is no file, so /proc cannot
+ * reopen it), with the same permission check as process_vm_writev.
  */
 static int peer_eventfd(struct shm_peer *p, int num)
 {
@@ -1222,13 +1225,13 @@ static int peer_eventfd(struct shm_peer *p, int num)
 	ssize_t n;
 	int fd;
 
-	if (p->pidfd < 0)
+	if (p->pidfd < 0 || num < 0)
 		return -2;
 	fd = (int)syscall(SYS_pidfd_getfd, p->pidfd, num, 0);
 	if (fd < 0) {
 		tf_log_debug(SOFT_SUBSYS,
-			     "shm: cannot get peer %d's CQ eventfd: %m",
-			     (int)p->pid);
+			     "shm: cannot get peer %d's eventfd %d: %m",
+			     (int)p->pid, num);
 		return -2;
 	}
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
@@ -1236,12 +1239,12 @@ static int peer_eventfd(struct shm_peer *p, int num)
 	if (n >= 0)
 		link[n] = 0;
 	if (n < 0 || strcmp(link, "anon_inode:[eventfd]") != 0) {
-		tf_log_debug(SOFT_SUBSYS,
-			     "shm: peer %d's CQ fd %d is no eventfd",
+		tf_log_debug(SOFT_SUBSYS, "shm: peer %d's fd %d is no eventfd",
 			     (int)p->pid, num);
 		close(fd);
 		return -2;
 	}
+	TF_STAT_ADD(&p->sc->ctx->base, wake_fds, 1);
 	return fd;
 }
 
@@ -1268,7 +1271,6 @@ enum shm_cq_wake soft_shm_wake_cq(struct soft_qp *qp, struct shm_qp *s,
 		cq->fd = peer_eventfd(s->peer, cq->efd_num);
 		if (cq->fd < 0)
 			return SHM_CQ_UNKNOWN;
-		TF_STAT_ADD(&qp->ctx->base, wake_fds, 1);
 	}
 	/* Taken by another waker (who writes the eventfd) or consumed by
 	 * the owner's completion (which did): woken either way. */
@@ -1299,27 +1301,13 @@ void soft_shm_wake_peer(struct shm_peer *p)
 	uint64_t one = 1;
 
 	if (fd == -1) {
-		int expect = -1, nfd = -2;
+		int expect = -1, nfd = peer_eventfd(p, p->tpt->wake_fd);
 
-		/* An eventfd cannot be reopened through /proc (it is no
-		 * file); pidfd_getfd duplicates it, with the same permission
-		 * check as process_vm_writev. */
-		if (p->tpt->wake_fd >= 0 && p->pidfd >= 0)
-			nfd = (int)syscall(SYS_pidfd_getfd, p->pidfd,
-					   p->tpt->wake_fd, 0);
-		if (nfd < 0) {
-			tf_log_debug(SOFT_SUBSYS,
-				     "shm: cannot get peer %d's wake fd: %m",
-				     (int)p->pid);
-			nfd = -2;
-		}
 		if (!atomic_compare_exchange_strong(&p->wake_fd, &expect,
 						    nfd)) {
 			if (nfd >= 0)
-				close(nfd);
+				wake_fd_close(p->sc->ctx, nfd);
 			nfd = expect;
-		} else if (nfd >= 0) {
-			TF_STAT_ADD(&p->sc->ctx->base, wake_fds, 1);
 		}
 		fd = nfd;
 	}

@@ -24,8 +24,7 @@
  * watch their sockets.  After each pass the client destroys its node,
  * closing the kept connection, and the listener must drop it.
  */
-#include "session_util.h"
-#include "session_int.h"
+#include "session_unit_util.h"
 
 #define LEN    4096
 #define ROUNDS 6
@@ -57,25 +56,6 @@ static void server_round(struct tf_pair *p, tf_listener_t *l, int r)
 	tf_test_sync(p);
 }
 
-static void forge(tf_session_t *s, int r)
-{
-	struct tf_wire_msg m;
-
-	tf__wire_init(&m, TF_WIRE_EXPOSE);
-	tf__wire_put_u16(&m, 1);
-	for (int i = 0; i < TF_WIRE_EXPOSURE_SIZE; i++)
-		tf__wire_put_u8(&m, 1);
-	CHECK_OK(tf__wire_finish(&m));
-	if (r == 2) {
-		/* The header says 16 + 26 bytes, the SEND carries 32. */
-		m.len -= 10;
-	} else {
-		/* n = 2 with one exposure's bytes. */
-		m.buf[TF_WIRE_HDR_SIZE + 1] = 2;
-	}
-	CHECK_OK(tf__ctl_send(s->c, &m, tf_test_timeout_ms()));
-}
-
 static void client_round(struct tf_pair *p, tf_node_t *node, uint16_t port,
 			 int r, uint32_t *key)
 {
@@ -96,7 +76,7 @@ static void client_round(struct tf_pair *p, tf_node_t *node, uint16_t port,
 	CHECK_OK(tf_session_peer_exposure(s, 0, &info));
 	*key = info.rkey;
 	if (FORGED(r)) {
-		forge(s, r);
+		su_forge_expose(s, r == 2 ? SU_FORGE_SHORT : SU_FORGE_COUNT);
 		CHECK(st_serve(s) == TF_SESSION_BROKEN);
 	} else {
 		CHECK_OK(tf_session_rent(s, LEN, &b, (void **)&m));

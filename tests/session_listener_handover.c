@@ -31,8 +31,7 @@
 #include <sys/socket.h>
 #include <sys/epoll.h>
 
-#include "session_util.h"
-#include "session_int.h"
+#include "session_unit_util.h"
 
 #define LEN 4096
 
@@ -71,6 +70,17 @@ static void expose(tf_session_t *s)
 	CHECK_OK(tf_session_expose(s, b, 0, LEN, TF_ACCESS_REMOTE_WRITE, &x));
 }
 
+/* Serve @s to the client's close; its connection @c is then kept. */
+static void serve_kept(struct tf_pair *p, struct tf_listener *li,
+		       tf_session_t *s, struct tf_conn *c)
+{
+	expose(s);
+	CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
+	tf_session_close(s);
+	check_kept(li, c);
+	tf_test_sync(p);
+}
+
 static void server(struct tf_pair *p, tf_node_t *node)
 {
 	struct pollfd pfd;
@@ -97,11 +107,7 @@ static void server(struct tf_pair *p, tf_node_t *node)
 		CHECK(!li->unwatch && !c->sock_watched);
 		CHECK(!in_set(li->epfd, c->fd, 0));
 	}
-	expose(s);
-	CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
-	tf_session_close(s);
-	check_kept(li, c);
-	tf_test_sync(p);
+	serve_kept(p, li, s, c);
 
 	/* Round 1: asleep on the listener's descriptor. */
 	pfd.fd = tf_listener_fd(l);
@@ -113,11 +119,7 @@ static void server(struct tf_pair *p, tf_node_t *node)
 	CHECK(c->unwatch_due && li->unwatch == c && !c->unwatch_next);
 	CHECK(c->sock_watched && c->ctl_watched);
 	CHECK(in_set(li->epfd, c->fd, (uint64_t)(uintptr_t)c));
-	expose(s);
-	CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
-	tf_session_close(s);
-	check_kept(li, c);
-	tf_test_sync(p);
+	serve_kept(p, li, s, c);
 
 	/* Round 2: the listener's next call comes first. */
 	s = st_accept(l, 0);
@@ -128,11 +130,7 @@ static void server(struct tf_pair *p, tf_node_t *node)
 	CHECK(!c->sock_watched && !c->ctl_watched);
 	CHECK(!in_set(li->epfd, c->fd, 0));
 	CHECK(!in_set(li->epfd, tf_cq_fd(c->ctl.cq), 0));
-	expose(s);
-	CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
-	tf_session_close(s);
-	check_kept(li, c);
-	tf_test_sync(p);
+	serve_kept(p, li, s, c);
 
 	/* Round 3: broken while handed over. */
 	s = st_accept(l, 0);
@@ -156,11 +154,7 @@ static void server(struct tf_pair *p, tf_node_t *node)
 	/* Round 4: a new connection, kept. */
 	s = st_accept(l, 0);
 	c = s->c;
-	expose(s);
-	CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
-	tf_session_close(s);
-	check_kept(li, c);
-	tf_test_sync(p);
+	serve_kept(p, li, s, c);
 
 	/* Round 5: the listener goes first. */
 	s = st_accept(l, 0);
@@ -170,21 +164,6 @@ static void server(struct tf_pair *p, tf_node_t *node)
 	CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
 	tf_session_close(s);
 	tf_test_sync(p);
-}
-
-/* A control message whose header says more bytes than the SEND carries
- * (as session_ctl_unit's): the server's session breaks. */
-static void forge(tf_session_t *s)
-{
-	struct tf_wire_msg m;
-
-	tf__wire_init(&m, TF_WIRE_EXPOSE);
-	tf__wire_put_u16(&m, 1);
-	for (int i = 0; i < TF_WIRE_EXPOSURE_SIZE; i++)
-		tf__wire_put_u8(&m, 1);
-	CHECK_OK(tf__wire_finish(&m));
-	m.len -= 10;
-	CHECK_OK(tf__ctl_send(s->c, &m, tf_test_timeout_ms()));
 }
 
 static void client(struct tf_pair *p, tf_node_t *node, uint16_t port)
@@ -199,7 +178,7 @@ static void client(struct tf_pair *p, tf_node_t *node, uint16_t port)
 		if (r == 3) {
 			/* The server holds a duplicate of the socket: its
 			 * close sends no FIN, so this end goes first. */
-			forge(s);
+			su_forge_expose(s, SU_FORGE_SHORT);
 			CHECK_OK(shutdown(s->c->fd, SHUT_RDWR));
 		}
 		tf_session_close(s);

@@ -19,6 +19,7 @@
  * the server reset every newcomer, the real client included.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -125,6 +126,7 @@ static void wait_dropped(const int *fds, int n, int want)
 		r = poll(pfd, (nfds_t)n, 100);
 		CHECK(r >= 0);
 		for (int i = 0; i < n && r > 0; i++) {
+			ssize_t got;
 			char c;
 
 			if (!pfd[i].revents)
@@ -132,7 +134,8 @@ static void wait_dropped(const int *fds, int n, int want)
 			r--;
 			/* Silent: nothing comes from the server but its end
 			 * (a REJECT would be bytes: read past them). */
-			if (recv(pfd[i].fd, &c, 1, MSG_DONTWAIT) > 0)
+			got = recv(pfd[i].fd, &c, 1, MSG_DONTWAIT);
+			if (got > 0 || (got < 0 && errno == EAGAIN))
 				continue;
 			pfd[i].fd = -pfd[i].fd - 1; /* poll skips it now */
 			ended++;

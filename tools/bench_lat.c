@@ -243,6 +243,12 @@ static bool peer_gone(struct lat_side *s)
  */
 static bool lat_use_tsc;
 static double lat_ns_per_tick = 1.0;
+/* A wait looks for the peer's end and its deadline (system calls: recv,
+ * and clock_gettime in a TCG guest) every this long, so that none falls
+ * inside a round trip (a count of polls did: rxe's polls are slow).  In
+ * lat_ticks, set by lat_calibrate. */
+#define LAT_CHECK_NS 50000000ull
+static uint64_t lat_check_ticks = LAT_CHECK_NS;
 
 static inline uint64_t lat_ticks(void)
 {
@@ -266,6 +272,8 @@ static void lat_calibrate(void)
 	if (c1 > c0 && n1 > n0) {
 		lat_ns_per_tick = (double)(n1 - n0) / (double)(c1 - c0);
 		lat_use_tsc = true;
+		lat_check_ticks =
+			(uint64_t)((double)LAT_CHECK_NS / lat_ns_per_tick);
 	}
 #endif
 }
@@ -280,21 +288,12 @@ static double lat_elapsed_ns(uint64_t t0)
  * cmd_lat. */
 static uint64_t lat_yield_grace;
 
-/* Yield the CPU now, if @s yields and its grace from @t0 (set at the
- * first call) is over. */
-static void lat_maybe_yield(const struct lat_side *s, uint64_t *t0)
+/* Yield the CPU now (at @t, in lat_ticks), if @s yields and its grace
+ * from @t0 is over. */
+static void lat_maybe_yield(const struct lat_side *s, uint64_t t0, uint64_t t)
 {
-	if (!s->spin_yield)
-		return;
-	if (lat_yield_grace) {
-		uint64_t t = lat_ticks();
-
-		if (!*t0)
-			*t0 = t;
-		if (t - *t0 < lat_yield_grace)
-			return;
-	}
-	sched_yield();
+	if (s->spin_yield && t - t0 >= lat_yield_grace)
+		sched_yield();
 }
 
 static bool done_byte(struct lat_side *s, void *arg);
@@ -309,24 +308,26 @@ static int lat_wait(struct lat_side *s, bool (*done)(struct lat_side *, void *),
 		    void *arg)
 {
 	bool byte_only = s->auto_progress && done == done_byte;
-	uint64_t deadline = 0, t0 = 0;
+	uint64_t start = lat_ticks(), next_check = start + lat_check_ticks;
 	unsigned spins = 0;
 	int ret;
 
 	while (!done(s, arg)) {
-		if (!byte_only || spins % LAT_BYTE_REAP_EVERY == 0) {
+		uint64_t t;
+
+		if (!byte_only || spins++ % LAT_BYTE_REAP_EVERY == 0) {
 			ret = lat_reap(s);
 			if (ret < 0)
 				return ret;
 		}
-		lat_maybe_yield(s, &t0);
-		if (++spins % WAIT_CHECK_EVERY)
+		t = lat_ticks();
+		lat_maybe_yield(s, start, t);
+		if (t < next_check)
 			continue;
+		next_check = t + lat_check_ticks;
 		if (peer_gone(s))
 			return -EPIPE;
-		if (!deadline) {
-			deadline = now_ns() + WAIT_TIMEOUT_NS;
-		} else if (now_ns() > deadline) {
+		if (lat_elapsed_ns(start) > (double)WAIT_TIMEOUT_NS) {
 			fail("no progress from the peer for %llu s",
 			     WAIT_TIMEOUT_NS / 1000000000ull);
 			return -ETIMEDOUT;
@@ -455,16 +456,17 @@ static int lat_send(struct lat_side *s, uint64_t size, unsigned total,
 		if (s->client && i >= warm)
 			samples[i - warm] = lat_elapsed_ns(t0) / 2;
 		s->recv_done--;
-		/* Replenish after taking the time: the repost is not part of
-		 * the round trip, as in perftest. */
-		ret = lat_post_recvs(s);
-		if (ret)
-			return ret;
+		/* The server answers first and replenishes after, the
+		 * client after taking the time: neither repost is part of
+		 * the round trip (LAT_RECV_DEPTH receives stay posted). */
 		if (!s->client) {
 			ret = lat_post(s, TF_WR_SEND, size);
 			if (ret)
 				return ret;
 		}
+		ret = lat_post_recvs(s);
+		if (ret)
+			return ret;
 	}
 	return lat_wait(s, done_sends, NULL);
 }

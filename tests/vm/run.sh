@@ -59,7 +59,10 @@
 # "strace -f -o /tmp/wrap.out"; its program is copied into the guest, and
 # the last lines of /tmp/wrap.out join the test's output), TOLLFREE_VM_TOPOS
 # ("loop veth siw two"), TOLLFREE_VM_PEERS (1: the perftest comparison; 0:
-# none), TOLLFREE_VM_PEERS_REPS (runs of each tool, 3; the best counts),
+# none), TOLLFREE_VM_PEERS_REPS (runs of each tool, 5; the best counts:
+# under TCG a round trip is about 20 us in one run and 40 us in the next,
+# for perftest as for tollfree, and the best of more runs finds each
+# tool's fast runs),
 # TOLLFREE_VM_PEERS_ITERS (iterations a run, 1000),
 # TOLLFREE_VM_PEERS_SESSIONS (crr and ucx_session sessions a run, 30;
 # also the two-guest crr's), TOLLFREE_VM_TWO_TESTS (the tests of the "two"
@@ -376,7 +379,7 @@ done
 {
 	printf 'TEST_TIMEOUT=%q\nBENCH=%q\n' "$TEST_TIMEOUT" "$BENCH"
 	printf 'PEERS=%q\nPEERS_REPS=%q\nPEERS_ITERS=%q\n' "$PEERS" \
-		"${TOLLFREE_VM_PEERS_REPS:-3}" "${TOLLFREE_VM_PEERS_ITERS:-1000}"
+		"${TOLLFREE_VM_PEERS_REPS:-5}" "${TOLLFREE_VM_PEERS_ITERS:-1000}"
 	printf 'SESS_N=%q\nTWO_SIW=%q\n' "$SESS_N" "$TWO_SIW"
 	TOPOS=""
 	for t in $ONE_TOPOS; do

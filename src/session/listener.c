@@ -247,9 +247,6 @@ static void listener_free(struct tf_listener *l)
 	tf__free(l);
 }
 
-static bool unwatch_cancel(struct tf_listener *l, struct tf_conn *c);
-static void unwatch_flush(struct tf_listener *l);
-
 void tf_listener_destroy(tf_listener_t *l)
 {
 	if (!l)
@@ -258,7 +255,6 @@ void tf_listener_destroy(tf_listener_t *l)
 	close(l->lfd);
 	l->lfd = -1;
 	l->dead = true;
-	unwatch_flush(l);
 	/* The kept connections close now, also while sessions are still
 	 * open (their connections are not in the list, and are destroyed
 	 * at their close): a client must not send its next OPEN to a
@@ -285,40 +281,56 @@ int tf_listener_fd(const tf_listener_t *l)
 }
 
 /*
- * @c's socket (@sock) and control CQ (@ctl) in the listener's epoll set or
- * out of it, as asked, from where the flags say they are: 0, or the error
- * of an add.  A removal cannot fail in a way that matters (the fd is not
- * there).
+ * One fd of @c in the listener's epoll set (@on) or out of it, from where
+ * *@watched (in the set) and *@ev (armed) say it is: 0, or the error of
+ * the add.  Registrations are one-shot (EPOLLONESHOT): an event disarms
+ * its fd until it is armed again (EPOLL_CTL_MOD, cheaper than a removal
+ * and an add), and so the fds of a connection handed to a session stay
+ * in the set: a session's traffic reports at most one event there, which
+ * the listener ignores (tf_listener_accept), and the session's close
+ * arms them again with one call where the handover took none and its
+ * return would take two (with one server thread serving 12 clients,
+ * epoll_ctl was a fifth of the server's time).  A connection leaves the
+ * set before it is freed (listener_unwatch): closing its fds would not
+ * remove them while a forked child holds them, and an event would then
+ * name freed memory.
  */
+static int watch_fd(struct tf_listener *l, int fd, uint64_t tag, bool *watched,
+		    bool *ev, bool on)
+{
+	struct epoll_event e = {.events = EPOLLIN | EPOLLONESHOT,
+				.data.u64 = tag};
+
+	if (!on) {
+		/* Cannot fail in a way that matters: the fd is there. */
+		if (*watched)
+			epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
+		*watched = *ev = false;
+		return 0;
+	}
+	if (*watched && *ev)
+		return 0;
+	if (fd < 0)
+		return fd;
+	if (epoll_ctl(l->epfd, *watched ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd,
+		      &e))
+		return -errno;
+	*watched = *ev = true;
+	return 0;
+}
+
 static int watch_sock(struct tf_listener *l, struct tf_conn *c, bool on)
 {
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
-
-	if (c->sock_watched == on)
-		return 0;
-	if (epoll_ctl(l->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, c->fd,
-		      &ev) &&
-	    on)
-		return -errno;
-	c->sock_watched = on;
-	return 0;
+	return watch_fd(l, c->fd, (uint64_t)(uintptr_t)c, &c->sock_watched,
+			&c->sock_ev, on);
 }
 
 static int watch_ctl(struct tf_listener *l, struct tf_conn *c, bool on)
 {
-	struct epoll_event ev = {.events = EPOLLIN,
-				 .data.u64 = (uint64_t)(uintptr_t)c | EV_CQ};
 	int cfd = c->ctl.cq ? tf_cq_fd(c->ctl.cq) : -EBADF;
 
-	if (c->ctl_watched == on)
-		return 0;
-	if (cfd >= 0 &&
-	    epoll_ctl(l->epfd, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, cfd, &ev))
-		cfd = -errno;
-	if (cfd < 0 && on)
-		return cfd;
-	c->ctl_watched = on;
-	return 0;
+	return watch_fd(l, cfd, (uint64_t)(uintptr_t)c | EV_CQ, &c->ctl_watched,
+			&c->ctl_ev, on);
 }
 
 /* Take @c's fds out of the listener's epoll set. */
@@ -344,9 +356,7 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 	struct tf_conn *old;
 	int ret;
 
-	/* Its fds may still be in the set, if the session ended before the
-	 * listener's next call: the flags say so, and they stay. */
-	unwatch_cancel(l, c);
+	/* Its fds are still in the set (watch_fd): armed again below. */
 	c->ctl_armed = false;
 	/* Past TOLLFREE_SESSION_MAX_KEPT{,_PEER} the connection ends with
 	 * its session: its client's next session makes a new one. */
@@ -423,63 +433,9 @@ static void listener_release(struct tf_listener *l, struct tf_conn *c)
 	listener_unbook(l, c);
 }
 
-/*
- * Hand @c to the session that opened on it: off the listener's books as
- * listener_release does, except that its fds stay in the epoll set until
- * the listener's next call (unwatch_flush), after the session's ACCEPT
- * went out.  Two epoll_ctl calls fewer before a sleeping server answers
- * (with one server thread sleeping between fetches, 4-7% of the
- * session), and none at all when the session ends before that call (its
- * close finds them in the set and leaves them there).  Safe because the
- * listener's calls and its sessions' closes never overlap (session.h):
- * every path that reads the epoll set, or frees @c, first takes them
- * out.
- */
-static void listener_hand_over(struct tf_listener *l, struct tf_conn *c)
-{
-	bool watched = c->sock_watched || c->ctl_watched;
-
-	if (watched) {
-		c->unwatch_due = true;
-		c->unwatch_next = l->unwatch;
-		l->unwatch = c;
-	}
-	listener_unbook(l, c);
-}
-
-/* Off the deferred list, its fds still in the set: whether it was on
- * it. */
-static bool unwatch_cancel(struct tf_listener *l, struct tf_conn *c)
-{
-	if (!c->unwatch_due)
-		return false;
-	for (struct tf_conn **pp = &l->unwatch; *pp; pp = &(*pp)->unwatch_next)
-		if (*pp == c) {
-			*pp = c->unwatch_next;
-			break;
-		}
-	c->unwatch_due = false;
-	c->unwatch_next = NULL;
-	return true;
-}
-
-/* The deferred fds out of the epoll set, before it is read. */
-static void unwatch_flush(struct tf_listener *l)
-{
-	while (l->unwatch) {
-		struct tf_conn *c = l->unwatch;
-
-		l->unwatch = c->unwatch_next;
-		c->unwatch_due = false;
-		c->unwatch_next = NULL;
-		listener_unwatch(l, c);
-	}
-}
-
 void tf__listener_drop_conn(struct tf_listener *l, struct tf_conn *c)
 {
-	if (unwatch_cancel(l, c))
-		listener_unwatch(l, c);
+	listener_unwatch(l, c);
 	tf__conn_destroy(c);
 }
 
@@ -799,8 +755,9 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 		return 0;
 	}
 	s->pe = pe;
-	/* The session owns the connection from now on. */
-	listener_hand_over(l, c);
+	/* The session owns the connection from now on; its fds stay in the
+	 * epoll set (watch_fd). */
+	listener_unbook(l, c);
 	c->hs = TF_CONN_BUSY;
 	c->l = l;
 	l->refs++;
@@ -1085,7 +1042,6 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 
 	if (!l || !s_p || l->dead)
 		return -EINVAL;
-	unwatch_flush(l);
 	for (bool first = true;; first = false) {
 		uint64_t next = UINT64_MAX;
 		struct tf_conn *c, *nx;
@@ -1153,7 +1109,23 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		 * no sleeping.  A busy-polling listener never sleeps. */
 		if (l->busy_poll)
 			wait_ms = 0;
-		for (c = l->conns.next; c != &l->conns; c = c->next) {
+		for (c = l->conns.next; c != &l->conns; c = nx) {
+			int err = 0;
+
+			nx = c->next;
+			/* A one-shot registration whose event was taken is
+			 * armed again (watch_fd): the connection is still the
+			 * listener's.  An fd that is ready reports at once. */
+			if (c->sock_watched && !c->sock_ev)
+				err = watch_sock(l, c, true);
+			if (!err && c->ctl_watched && !c->ctl_ev)
+				err = watch_ctl(l, c, true);
+			if (err) {
+				tf_log_warn(S, "cannot watch a connection: %s",
+					    tf_strerror(err));
+				listener_drop(l, c);
+				continue;
+			}
 			if (c->hs != TF_CONN_IDLE || !c->ctl.ready)
 				continue;
 			if (!c->ctl_armed && c->ctl_watched)
@@ -1183,6 +1155,25 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		 * a server blocking with -1 can then stop. */
 		if (n < 0)
 			return -errno;
+		/* First, while every connection named is alive: each event
+		 * disarmed its one-shot registration, armed again next turn
+		 * (the loop above), also for those that the loop below
+		 * leaves for then. */
+		for (int i = 0; i < n; i++) {
+			uint64_t tag = evs[i].data.u64;
+
+			if (tag == EV_PROGRESS || tag == EV_KICK || !tag)
+				continue;
+			c = (struct tf_conn *)(uintptr_t)(tag & ~EV_CQ);
+			if (tag & EV_CQ) {
+				c->ctl_ev = false;
+				/* The CQ's arm was consumed too: re-armed
+				 * next turn, which polls the CQ. */
+				c->ctl_armed = false;
+			} else {
+				c->sock_ev = false;
+			}
+		}
 		for (int i = 0; i < n; i++) {
 			uint64_t tag = evs[i].data.u64;
 
@@ -1196,14 +1187,13 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 					tf_log_debug(S, "listener kick: %m");
 				continue;
 			}
-			if (tag & EV_CQ) {
-				/* The arm was consumed: re-arm next turn,
-				 * which polls the CQ too. */
-				c = (struct tf_conn *)(uintptr_t)(tag & ~EV_CQ);
-				c->ctl_armed = false;
+			if (tag & EV_CQ)
 				continue;
-			}
 			c = evs[i].data.ptr;
+			/* A session's traffic on its connection's socket:
+			 * not the listener's to read. */
+			if (c && c->hs == TF_CONN_BUSY)
+				continue;
 			if (!c) {
 				struct tf_conn *nc;
 				bool dropped;

@@ -144,15 +144,14 @@ struct tf_conn {
 	struct tf_session *spare;
 	uint64_t tcp_check_ns; /* last look at the socket (tf_session_poll,
 				* and the control QP's end check) */
-	bool sock_watched;     /* listener: its socket is in the epoll set */
-	bool ctl_watched;      /* idle: its control CQ is in the epoll set */
-	bool ctl_armed;	       /* idle: its control CQ's fd is armed */
-	/* Listener: handed to a session with its fds still in the epoll
-	 * set; they leave it at the listener's next call, after the
-	 * session's ACCEPT went out (listener.c, listener_hand_over). */
-	bool unwatch_due;
-	struct tf_conn *unwatch_next;
-	bool heard; /* listener: bytes wait in its socket (make_room) */
+	/* Listener: its socket and control CQ in the epoll set (*_watched),
+	 * each registered one-shot and armed to report its next event
+	 * (*_ev; an event disarms it).  They stay in the set while a
+	 * session owns the connection (listener.c, watch_fd). */
+	bool sock_watched, sock_ev;
+	bool ctl_watched, ctl_ev;
+	bool ctl_armed; /* idle: its control CQ's fd is armed */
+	bool heard;	/* listener: bytes wait in its socket (make_room) */
 	/* Server: counted as kept by its peer's entry (peers.c). */
 	struct tf_peer *kept_pe;
 	bool client; /* made by tf_session_connect */
@@ -276,9 +275,6 @@ struct tf_listener {
 	uint64_t epoll_ns; /* busy_poll: the last look at the sockets */
 	uint64_t sockcheck_ns; /* busy_poll: the last look at unwatched ones */
 	struct tf_conn conns;  /* list head: handshaking and idle */
-	/* Connections handed to sessions whose fds are still in the epoll
-	 * set (unwatch_due), newest first. */
-	struct tf_conn *unwatch;
 	unsigned n_idle, n_pending;
 	unsigned max_pending, max_pending_peer; /* TOLLFREE_SESSION_* */
 	/* tf_listener_params_t's grants (grant_len 0: none). */

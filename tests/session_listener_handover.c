@@ -60,17 +60,20 @@ static int reg_state(int epfd, int fd, uint64_t data)
 	if (!f)
 		return -1;
 	while (fgets(line, sizeof(line), f)) {
+		/* "tfd: %8d events: %8x data: %16llx  pos:..." */
+		const char *e = strstr(line, "events:");
+		const char *dp = strstr(line, "data:");
 		unsigned long long d;
-		unsigned ev;
-		int tfd;
+		unsigned long ev;
 
-		if (sscanf(line, "tfd: %d events: %x data: %llx", &tfd, &ev,
-			   &d) != 3 ||
-		    tfd != fd)
+		if (strncmp(line, "tfd:", 4) || !e || !dp ||
+		    strtol(line + 4, NULL, 10) != fd)
 			continue;
+		ev = strtoul(e + 7, NULL, 16);
+		d = strtoull(dp + 5, NULL, 16);
 		n++;
 		CHECKF(d == data, "fd %d registered with data %llx", fd, d);
-		CHECKF(ev & EPOLLONESHOT, "fd %d not one-shot (%x)", fd, ev);
+		CHECKF(ev & EPOLLONESHOT, "fd %d not one-shot (%lx)", fd, ev);
 		found = (ev & EPOLLIN) != 0;
 	}
 	fclose(f);

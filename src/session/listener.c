@@ -376,14 +376,6 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 		tf__conn_destroy(c);
 		return;
 	}
-	/* The CQ is armed before its fd is: the arm drains what the
-	 * session's arms left readable, which would otherwise report at
-	 * once (a wake-up for nothing).  An OPEN that came before the arm
-	 * is found by the arm's second look, and announced by the kick;
-	 * one after it makes the fd readable, and the registration reports
-	 * it whenever it comes. */
-	if (ctl && !tf__ctl_arm(c))
-		c->ctl_armed = true;
 	ret = watch_ctl(l, c, ctl);
 	if (ret) {
 		/* The listener fd could not report its next OPEN. */
@@ -393,11 +385,17 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 		tf__conn_destroy(c);
 		return;
 	}
-	if (ctl && c->ctl.n_backlog) {
-		uint64_t one = 1;
+	/* An OPEN that came before the arm is found by the arm's second
+	 * look, and announced by the kick. */
+	if (ctl) {
+		if (!tf__ctl_arm(c))
+			c->ctl_armed = true;
+		if (c->ctl.n_backlog) {
+			uint64_t one = 1;
 
-		if (write(l->efd, &one, sizeof(one)) < 0)
-			tf_log_debug(S, "listener kick: %m");
+			if (write(l->efd, &one, sizeof(one)) < 0)
+				tf_log_debug(S, "listener kick: %m");
+		}
 	}
 	tf__conn_link(&l->conns, c);
 	if (++l->n_idle > l->node->qp_cache) {

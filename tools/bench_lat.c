@@ -245,8 +245,8 @@ static bool lat_use_tsc;
 static double lat_ns_per_tick = 1.0;
 /* A wait looks for the peer's end and its deadline (system calls: recv,
  * and clock_gettime in a TCG guest) every this long, so that none falls
- * inside a round trip (a count of polls did: rxe's polls are slow).  In
- * lat_ticks, set by lat_calibrate. */
+ * inside a round trip, as one every 1,024 polls could.  In lat_ticks, set
+ * by lat_calibrate. */
 #define LAT_CHECK_NS 50000000ull
 static uint64_t lat_check_ticks = LAT_CHECK_NS;
 

@@ -289,8 +289,9 @@ int tf_listener_fd(const tf_listener_t *l)
  * in the set: a session's traffic reports at most one event there, which
  * the listener ignores (tf_listener_accept), and the session's close
  * arms them again with one call where the handover took none and its
- * return would take two (with one server thread serving 12 clients,
- * epoll_ctl was a fifth of the server's time).  A connection leaves the
+ * return would take two (with two server threads sleeping between 12
+ * client threads' sessions, the listener's epoll_ctl was a fifth of the
+ * server threads' perf samples).  A connection leaves the
  * set before it is freed (listener_unwatch): closing its fds would not
  * remove them while a forked child holds them, and an event would then
  * name freed memory.

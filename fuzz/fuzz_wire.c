@@ -216,12 +216,25 @@ static int parse_all(const struct tf_wire_rx *rx)
 		FUZZ_CHECK(acc.ctl_len <= TF_QP_ADDR_MAX);
 		FUZZ_CHECK(in_body(rx, acc.ctl, acc.ctl_len));
 		tf__wire_init(&m, TF_WIRE_ACCEPT);
-		tf__wire_put_u32(&m, acc.conn_id);
-		tf__wire_put_u16(&m, acc.blob_len);
-		tf__wire_put_bytes(&m, acc.blob, acc.blob_len);
-		tf__wire_put_u16(&m, acc.ctl_len);
-		tf__wire_put_bytes(&m, acc.ctl, acc.ctl_len);
+		tf__wire_put_qps(&m, acc.conn_id, acc.blob, acc.blob_len,
+				 acc.ctl, acc.ctl_len);
 		add_exposures(rx, &m, &acc.exps);
+	}
+
+	ret = tf__wire_parse_addr(rx, &acc);
+	FUZZ_CHECK(ret == 0 || ret == -TF_EWIRE);
+	if (!ret) {
+		ok++;
+		FUZZ_CHECK(rx->h.op == TF_WIRE_ADDR && acc.conn_id);
+		FUZZ_CHECK(acc.blob_len && acc.blob_len <= TF_QP_ADDR_MAX);
+		FUZZ_CHECK(in_body(rx, acc.blob, acc.blob_len));
+		FUZZ_CHECK(acc.ctl_len <= TF_QP_ADDR_MAX);
+		FUZZ_CHECK(in_body(rx, acc.ctl, acc.ctl_len));
+		FUZZ_CHECK(acc.exps.n == 0);
+		tf__wire_init(&m, TF_WIRE_ADDR);
+		tf__wire_put_qps(&m, acc.conn_id, acc.blob, acc.blob_len,
+				 acc.ctl, acc.ctl_len);
+		check_prefix(rx, &m);
 	}
 
 	rej.err = 0;

@@ -172,6 +172,10 @@ static void gen_sealed(const uint8_t *blob, size_t blob_len)
 	       tf__wire_put_bytes(&m, blob, blob_len); tf__wire_put_u16(&m, 0);
 	       put_exposures(&m, 1); tf__wire_finish(&m);
 	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0));
+	SEALED("sealed-addr", 0, 1, tf__wire_init(&m, TF_WIRE_ADDR);
+	       tf__wire_put_qps(&m, 1, blob, blob_len, NULL, 0);
+	       tf__wire_finish(&m);
+	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0));
 	SEALED("sealed-reject", 0, 1, tf__wire_init(&m, TF_WIRE_REJECT);
 	       tf__wire_put_u32(&m, TF_EAUTH); tf__wire_finish(&m);
 	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0));
@@ -279,6 +283,8 @@ static void gen_wire(const uint8_t *blob, size_t blob_len)
 	MSG("accept-reused", 0, 0, tf__wire_init(&m, TF_WIRE_ACCEPT);
 	    tf__wire_put_u32(&m, 1); tf__wire_put_u16(&m, 0);
 	    tf__wire_put_u16(&m, 0); put_exposures(&m, 0));
+	MSG("addr", 0, 0, tf__wire_init(&m, TF_WIRE_ADDR);
+	    tf__wire_put_qps(&m, 1, blob, blob_len, blob, blob_len));
 	MSG("reject", 0, 0, tf__wire_init(&m, TF_WIRE_REJECT);
 	    tf__wire_put_u32(&m, TF_EAUTH));
 	MSG("expose", 1, 0, tf__wire_init(&m, TF_WIRE_EXPOSE);

@@ -366,6 +366,7 @@ static const char *const op_names[] = {
 	[TF_WIRE_OPEN] = "OPEN",     [TF_WIRE_ACCEPT] = "ACCEPT",
 	[TF_WIRE_REJECT] = "REJECT", [TF_WIRE_EXPOSE] = "EXPOSE",
 	[TF_WIRE_CLOSE] = "CLOSE",   [TF_WIRE_GRANT] = "GRANT",
+	[TF_WIRE_ADDR] = "ADDR",
 };
 
 const char *tf__wire_op_name(unsigned op)
@@ -568,6 +569,46 @@ int tf__wire_parse_accept(const struct tf_wire_rx *rx, struct tf_wire_accept *m)
 	m->blob_len = blob_len;
 	m->ctl = ctl;
 	m->ctl_len = ctl_len;
+	return 0;
+}
+
+void tf__wire_put_qps(struct tf_wire_msg *m, uint32_t conn_id,
+		      const uint8_t *blob, size_t blob_len, const uint8_t *ctl,
+		      size_t ctl_len)
+{
+	tf__wire_put_u32(m, conn_id);
+	tf__wire_put_u16(m, (uint16_t)blob_len);
+	tf__wire_put_bytes(m, blob, blob_len);
+	tf__wire_put_u16(m, (uint16_t)ctl_len);
+	tf__wire_put_bytes(m, ctl, ctl_len);
+}
+
+int tf__wire_parse_addr(const struct tf_wire_rx *rx, struct tf_wire_accept *m)
+{
+	struct tf_wire_cur cur;
+	const uint8_t *blob, *ctl;
+	uint16_t blob_len, ctl_len;
+	uint32_t id;
+
+	if (!parse_start(rx, TF_WIRE_ADDR, &cur))
+		return -TF_EWIRE;
+	id = tf__wire_get_u32(&cur);
+	blob_len = tf__wire_get_u16(&cur);
+	blob = tf__wire_get_bytes(&cur, blob_len);
+	ctl_len = tf__wire_get_u16(&cur);
+	ctl = tf__wire_get_bytes(&cur, ctl_len);
+	if (cur.bad || !id || !blob_len || blob_len > TF_QP_ADDR_MAX ||
+	    ctl_len > TF_QP_ADDR_MAX) {
+		tf_log_warn("session", "handshake: malformed ADDR (%u bytes)",
+			    rx->h.size);
+		return -TF_EWIRE;
+	}
+	m->conn_id = id;
+	m->blob = blob;
+	m->blob_len = blob_len;
+	m->ctl = ctl;
+	m->ctl_len = ctl_len;
+	m->exps.n = 0;
 	return 0;
 }
 

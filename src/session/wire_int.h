@@ -46,6 +46,20 @@
  *                   memory), here or in answer to a kept connection's
  *                   OPEN; the client returns the error negated.
  *
+ * Early addresses (version 5), where connecting a QP is a device command
+ * (TOLLFREE_SESSION_EARLY_ADDR): the server answers a new connection's
+ * OPEN (the HELLO without a key, the sealed OPEN with one) first with
+ *   S->C ADDR       u32 conn_id (non-zero), u16 blob_len (> 0), blob,
+ *                   u16 ctl_len, ctl_blob (0: none)
+ * as soon as its QPs exist, and connects them to the client's after it
+ * left; the client connects its own meanwhile, so that both sides' QP
+ * transitions (RTR, RTS) overlap.  Its answer follows as usual: ACCEPT
+ * with the same conn_id and no blobs, or REJECT.  The client sends
+ * nothing on a QP before the ACCEPT, which leaves after the server's QPs
+ * are connected.  With a key the ADDR is sealed like the ACCEPT (the
+ * client proved the key with its OPEN), and both belong to the
+ * handshake's transcript.
+ *
  * With a pre-shared key: two round trips, and no QP address or key goes
  * to a peer before it proved the key:
  *   C->S HELLO      nonce_c[32], u8 flags = TF_WIRE_HELLO_AUTH
@@ -107,8 +121,9 @@
 /* 2: ACCEPT carries the server's control QP (and OPEN may carry the
  * client's).  3: one round trip without a key (HELLO carries the OPEN),
  * sealed messages with one.  4: grants (GRANT, and OPEN's grant field).
+ * 5: early addresses (ADDR before a new connection's ACCEPT).
  * A peer of another version gets -TF_EVERSION, not a misparse. */
-#define TF_WIRE_VERSION	 4
+#define TF_WIRE_VERSION	 5
 #define TF_WIRE_HDR_SIZE 16
 /* Bounds on what a peer may send; every one is checked. */
 #define TF_WIRE_MAX_BODY 4096
@@ -138,7 +153,8 @@ enum tf_wire_op {
 	TF_WIRE_EXPOSE = 6,
 	TF_WIRE_CLOSE = 7,
 	TF_WIRE_GRANT = 8,
-	TF_WIRE_OP_MAX = 8,
+	TF_WIRE_ADDR = 9,
+	TF_WIRE_OP_MAX = 9,
 };
 
 enum tf_wire_flags {
@@ -348,6 +364,14 @@ int tf__wire_parse_challenge(const struct tf_wire_rx *rx,
 int tf__wire_parse_open(const struct tf_wire_rx *rx, struct tf_wire_open *m);
 int tf__wire_parse_accept(const struct tf_wire_rx *rx,
 			  struct tf_wire_accept *m);
+/* The connection id and QP addresses that open an ACCEPT, and all of an
+ * ADDR (@ctl_len 0: none). */
+void tf__wire_put_qps(struct tf_wire_msg *m, uint32_t conn_id,
+		      const uint8_t *blob, size_t blob_len, const uint8_t *ctl,
+		      size_t ctl_len);
+/* An ADDR: a non-zero conn_id and the server's QP (blob_len > 0), with
+ * its control QP or none; in struct tf_wire_accept, without exposures. */
+int tf__wire_parse_addr(const struct tf_wire_rx *rx, struct tf_wire_accept *m);
 /* A REJECT: the error the peer reports, negative (-4096..-1), and for
  * -TF_EPEER the server's provider and transport if it sent them (else
  * empty strings; a malformed detail is ignored). */

@@ -239,8 +239,12 @@ static void client(struct tf_pair *p)
 	tf_session_close(s);
 	relay_join(&r);
 	n = rec_ops(&r.s2c, ops, flags, 16);
+	/* With early addresses (TOLLFREE_SESSION_EARLY_ADDR=y) an ADDR
+	 * comes before the ACCEPT. */
 	CHECKF(n >= 2 && ops[0] == TF_WIRE_CHALLENGE && !flags[0] &&
-		       ops[1] == TF_WIRE_ACCEPT &&
+		       (ops[1] == TF_WIRE_ACCEPT ||
+			(ops[1] == TF_WIRE_ADDR && n >= 3 &&
+			 ops[2] == TF_WIRE_ACCEPT)) &&
 		       (flags[1] & TF_WIRE_F_SEALED),
 	       "server sent %u messages: op %u flags %u, op %u flags %u", n,
 	       ops[0], flags[0], ops[1], flags[1]);

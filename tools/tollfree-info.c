@@ -77,6 +77,7 @@ static const struct {
 	{TF_CAP_REMOTE_ACK, "remote_ack"},
 	{TF_CAP_AUTO_PROGRESS, "auto_progress"},
 	{TF_CAP_QP_RESET, "qp_reset"},
+	{TF_CAP_CONNECT_CMD, "connect_cmd"},
 };
 
 /*

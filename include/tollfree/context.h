@@ -101,6 +101,10 @@ enum tf_cap_flags {
 	/* tf_qp_reset: a QP goes back to INIT and connects to another peer
 	 * (the verbs provider without rdma_cm). */
 	TF_CAP_QP_RESET = 1u << 12,
+	/* tf_qp_connect is a device command (verbs without rdma_cm: two
+	 * QP transitions, tens of microseconds or more), which a peer's own
+	 * connect can overlap (TOLLFREE_SESSION_EARLY_ADDR). */
+	TF_CAP_CONNECT_CMD = 1u << 13,
 };
 
 /* What a context can do.  Filled by tf_context_query_caps(). */

@@ -133,13 +133,46 @@ static int server_refused(struct tf_conn *c)
 	return rej.err;
 }
 
-/* Receive the server's answer to OPEN: ACCEPT (into @s) or REJECT. */
+/* Connect a new connection's QP (and control QP, or drop ours) to the
+ * server's, from its ADDR or ACCEPT. */
+static int connect_to_server(struct tf_conn *c,
+			     const struct tf_wire_accept *acc)
+{
+	int ret;
+
+	if (acc->ctl_len && !c->ctl.qp) {
+		tf_log_warn(S, "handshake: malformed %s",
+			    tf__wire_op_name(c->rx.h.op));
+		return -TF_EWIRE;
+	}
+	c->id = acc->conn_id;
+	ret = tf_qp_connect(c->qp, acc->blob, acc->blob_len);
+	if (ret) {
+		tf_log_warn(S, "server QP address refused: %s",
+			    tf_strerror(ret));
+		return ret;
+	}
+	/* The server connected a control QP to ours (and will expect the
+	 * next session's OPEN there), or has none. */
+	if (acc->ctl_len)
+		return tf__ctl_connect(c, acc->ctl, acc->ctl_len);
+	tf__ctl_destroy(c);
+	return 0;
+}
+
+/*
+ * Receive the server's answer to OPEN: ACCEPT (into @s) or REJECT.  On a
+ * new connection an ADDR may come first: the QPs are connected while the
+ * server connects its own, and its answer follows.
+ */
 static int client_accept(struct tf_session *s, bool reused)
 {
 	struct tf_conn *c = s->c;
 	struct tf_wire_accept acc;
-	int ret;
+	bool addr = false;
+	int addr_err = 0, ret;
 
+next:
 	/* The CLOSE of the previous session on this connection may come
 	 * first, if this side closed it before the server did. */
 	do {
@@ -152,7 +185,7 @@ static int client_accept(struct tf_session *s, bool reused)
 				s->node->ctx->cfg.poll_spin_yield_us,
 				s->node->timeout_ms);
 		if (ret < 0)
-			return ret;
+			return addr_err ? addr_err : ret;
 		ret = tf__conn_open(c, tf__sess_channel(s));
 		if (ret)
 			return ret;
@@ -160,39 +193,43 @@ static int client_accept(struct tf_session *s, bool reused)
 		if (ret < 0)
 			return ret;
 	} while (ret);
-	tf__transcript_free(c->ts);
-	c->ts = NULL;
 	ret = server_refused(c);
 	if (ret)
 		return ret;
+	/* The server's QP that this side could not connect to: the
+	 * server's answer says more if it could not either (a REJECT). */
+	if (addr_err)
+		return addr_err;
+	if (c->rx.h.op == TF_WIRE_ADDR && !reused && !addr) {
+		ret = tf__wire_parse_addr(&c->rx, &acc);
+		if (ret)
+			return ret;
+		addr_err = connect_to_server(c, &acc);
+		addr = true;
+		/* The server connects its QPs and makes its answer. */
+		tf__stock_refill(c->node);
+		goto next;
+	}
+	/* The handshake ends with its answer. */
+	tf__transcript_free(c->ts);
+	c->ts = NULL;
 	ret = tf__wire_parse_accept(&c->rx, &acc);
 	if (ret)
 		return ret;
-	if ((reused != !acc.blob_len) || (reused && acc.conn_id != c->id) ||
-	    (acc.ctl_len && (reused || !c->ctl.qp))) {
+	/* A kept connection's ACCEPT, and one after an ADDR, names the
+	 * connection and carries no QP; a new one's carries the QP. */
+	if ((reused || addr) != !acc.blob_len ||
+	    ((reused || addr) && (acc.conn_id != c->id || acc.ctl_len))) {
 		tf_log_warn(S, "handshake: malformed ACCEPT");
 		return -TF_EWIRE;
 	}
 	ret = tf__sess_add_exposures(s, &acc.exps);
 	if (ret)
 		return ret;
-	if (!reused) {
-		c->id = acc.conn_id;
-		ret = tf_qp_connect(c->qp, acc.blob, acc.blob_len);
-		if (ret) {
-			tf_log_warn(S, "server QP address refused: %s",
-				    tf_strerror(ret));
+	if (!reused && !addr) {
+		ret = connect_to_server(c, &acc);
+		if (ret)
 			return ret;
-		}
-		/* The server connected a control QP to ours (and will expect
-		 * the next session's OPEN there), or has none. */
-		if (acc.ctl_len) {
-			ret = tf__ctl_connect(c, acc.ctl, acc.ctl_len);
-			if (ret)
-				return ret;
-		} else {
-			tf__ctl_destroy(c);
-		}
 	}
 	tf__wire_rx_reset(&c->rx);
 	return 0;
@@ -529,8 +566,11 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	if (ret)
 		goto err_conn;
 	/* The server works on its answer: time to make the stock's next
-	 * entry, if it is made inline. */
-	tf__stock_refill(node);
+	 * entry, if it is made inline.  Where the server sends its QPs
+	 * ahead, after connecting ours to them instead (client_accept): a
+	 * refill (QP and CQ creation, on a device) would delay that. */
+	if (!node->early_addr)
+		tf__stock_refill(node);
 	ret = tf__sess_new(node, c, false, &s);
 	if (ret)
 		goto err_conn;

@@ -490,6 +490,36 @@ static void send_reject(struct tf_conn *c, int err)
 	}
 }
 
+/*
+ * Send a new connection's QP addresses ahead of connecting them (an ADDR,
+ * wire_int.h), and its control QP's if @ctl and there is one; the
+ * session's ACCEPT then carries no blobs.
+ */
+static int send_addr(struct tf_conn *c, bool ctl)
+{
+	uint8_t blob[TF_QP_ADDR_MAX], cblob[TF_QP_ADDR_MAX];
+	size_t blob_len = sizeof(blob), ctl_len = 0;
+	struct tf_wire_msg m;
+	int ret;
+
+	ret = tf_qp_get_addr(c->qp, blob, &blob_len);
+	if (!ret && ctl && c->ctl.qp) {
+		ctl_len = sizeof(cblob);
+		ret = tf_qp_get_addr(c->ctl.qp, cblob, &ctl_len);
+	}
+	if (ret)
+		return ret;
+	tf__wire_init(&m, TF_WIRE_ADDR);
+	tf__wire_put_qps(&m, c->id, blob, blob_len, cblob, ctl_len);
+	ret = tf__wire_finish(&m);
+	if (!ret)
+		ret = tf__conn_send(c, TF_WIRE_CH_SOCK, &m,
+				    c->node->timeout_ms);
+	if (!ret)
+		c->addr_sent = true;
+	return ret;
+}
+
 /* A new connection's first session: make the QP (and the control QP, if
  * the client offered one and connections are kept), connect them to the
  * client's and open the session, deferred (its ACCEPT goes with
@@ -523,16 +553,27 @@ static int server_open_new(struct tf_listener *l, struct tf_conn *c,
 			       "QP would pass TOLLFREE_MAX_PINNED");
 		return -ENOBUFS;
 	}
+	c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
+	if (node->early_addr) {
+		ret = send_addr(c, req->ctl_len && node->qp_cache);
+		if (ret)
+			return ret;
+	}
 	ret = tf_qp_connect(c->qp, req->blob, req->blob_len);
 	if (ret) {
 		tf_log_warn(S, "handshake: peer QP address refused: %s",
 			    tf_strerror(ret));
 		return ret;
 	}
-	if (req->ctl_len && node->qp_cache && c->ctl.qp &&
-	    tf__ctl_connect(c, req->ctl, req->ctl_len))
-		tf__ctl_destroy(c);
-	c->id = atomic_fetch_add(&node->next_conn_id, 1) + 1;
+	if (req->ctl_len && node->qp_cache && c->ctl.qp) {
+		ret = tf__ctl_connect(c, req->ctl, req->ctl_len);
+		/* After an ADDR the client connected its control QP to
+		 * this one already: the connection fails instead. */
+		if (ret && c->addr_sent)
+			return ret;
+		if (ret)
+			tf__ctl_destroy(c);
+	}
 	ret = tf__sess_new(node, c, true, &s);
 	if (ret)
 		return ret;

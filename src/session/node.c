@@ -297,6 +297,19 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 	node->fence = !(caps.flags & TF_CAP_REMOTE_ACK);
 	node->use_mw = (fm & TF_NODE_PARAM_USE_MW) ? params->use_mw != 0
 						   : cfg->session_mw;
+	if (!strcmp(cfg->session_early_addr, "auto")) {
+		node->early_addr = caps.flags & TF_CAP_CONNECT_CMD;
+	} else if (!strcmp(cfg->session_early_addr, "y")) {
+		/* Through rdma_cm both sides connect in one exchange of
+		 * the CM's, which the server starts. */
+		node->early_addr = !(caps.flags & TF_CAP_RDMA_CM);
+	} else if (strcmp(cfg->session_early_addr, "n")) {
+		tf_log_error(S,
+			     "TOLLFREE_SESSION_EARLY_ADDR=%s: not auto, y or n",
+			     cfg->session_early_addr);
+		ret = -EINVAL;
+		goto err_free;
+	}
 	if (node->use_mw && !(caps.flags & TF_CAP_MW_TYPE2)) {
 		tf_log_info(S,
 			    "provider %s has no type-2 memory windows: "

@@ -233,7 +233,8 @@ int tf__sess_send_accept(struct tf_session *s)
 	struct tf_wire_msg m;
 	int ret;
 
-	if (!s->reused) {
+	/* A new connection's QPs went ahead in an ADDR, or go here. */
+	if (!s->reused && !s->c->addr_sent) {
 		blob_len = sizeof(blob);
 		ret = tf_qp_get_addr(s->c->qp, blob, &blob_len);
 		if (ret)
@@ -248,11 +249,7 @@ int tf__sess_send_accept(struct tf_session *s)
 		}
 	}
 	tf__wire_init(&m, TF_WIRE_ACCEPT);
-	tf__wire_put_u32(&m, s->c->id);
-	tf__wire_put_u16(&m, (uint16_t)blob_len);
-	tf__wire_put_bytes(&m, blob, blob_len);
-	tf__wire_put_u16(&m, (uint16_t)ctl_len);
-	tf__wire_put_bytes(&m, ctl, ctl_len);
+	tf__wire_put_qps(&m, s->c->id, blob, blob_len, ctl, ctl_len);
 	ret = send_with_exposures(s, &m);
 	if (ret)
 		return ret;

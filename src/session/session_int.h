@@ -117,6 +117,7 @@ struct tf_conn {
 	bool no_keep;	  /* TF_SESSION_NO_REUSE: destroy at close */
 	bool stock_shape; /* QP and CQ of the stock's depths (recyclable) */
 	bool fin_next;	  /* the next socket send is the last: with the FIN */
+	bool addr_sent;	  /* server: its QPs went ahead in an ADDR */
 	enum tf_conn_hs hs;
 	uint64_t deadline_ns; /* server: end of the handshake step */
 	uint64_t born_ns;     /* server: accepted at */
@@ -227,6 +228,10 @@ struct tf_node {
 	unsigned qp_cache;
 	int timeout_ms;
 	bool use_mw;
+	/* TOLLFREE_SESSION_EARLY_ADDR: a new connection's QPs go to the
+	 * client in an ADDR before this side connects them (wire_int.h);
+	 * as a client, it expects an ADDR (and refills its stock after). */
+	bool early_addr;
 	/* TOLLFREE_SESSION_SOURCE_ADDR: new client connections bind to it
 	 * (src_len 0: none). */
 	struct sockaddr_storage src;

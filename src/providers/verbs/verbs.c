@@ -231,7 +231,7 @@ static uint64_t attr_caps(const struct tf_verbs_ctx *c)
 	if (c->use_cm)
 		f |= TF_CAP_RDMA_CM;
 	else
-		f |= TF_CAP_QP_RESET;
+		f |= TF_CAP_QP_RESET | TF_CAP_CONNECT_CMD;
 	return f;
 }
 

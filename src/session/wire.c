@@ -541,22 +541,43 @@ static int get_exposures(struct tf_wire_cur *cur, struct tf_wire_exposures *x)
 	return 0;
 }
 
+/* The connection id and QP addresses that open an ACCEPT and make an ADDR
+ * (tf__wire_put_qps), into @q; false if they overrun the body or a bound. */
+struct wire_qps {
+	uint32_t id;
+	const uint8_t *blob, *ctl;
+	uint16_t blob_len, ctl_len;
+};
+
+static bool get_qps(struct tf_wire_cur *cur, struct wire_qps *q)
+{
+	q->id = tf__wire_get_u32(cur);
+	q->blob_len = tf__wire_get_u16(cur);
+	q->blob = tf__wire_get_bytes(cur, q->blob_len);
+	q->ctl_len = tf__wire_get_u16(cur);
+	q->ctl = tf__wire_get_bytes(cur, q->ctl_len);
+	return !cur->bad && q->blob_len <= TF_QP_ADDR_MAX &&
+	       q->ctl_len <= TF_QP_ADDR_MAX;
+}
+
+static void set_qps(struct tf_wire_accept *m, const struct wire_qps *q)
+{
+	m->conn_id = q->id;
+	m->blob = q->blob;
+	m->blob_len = q->blob_len;
+	m->ctl = q->ctl;
+	m->ctl_len = q->ctl_len;
+}
+
 int tf__wire_parse_accept(const struct tf_wire_rx *rx, struct tf_wire_accept *m)
 {
 	struct tf_wire_cur cur;
-	const uint8_t *blob, *ctl;
-	uint16_t blob_len, ctl_len;
-	uint32_t id;
+	struct wire_qps q;
 	int ret;
 
 	if (!parse_start(rx, TF_WIRE_ACCEPT, &cur))
 		return -TF_EWIRE;
-	id = tf__wire_get_u32(&cur);
-	blob_len = tf__wire_get_u16(&cur);
-	blob = tf__wire_get_bytes(&cur, blob_len);
-	ctl_len = tf__wire_get_u16(&cur);
-	ctl = tf__wire_get_bytes(&cur, ctl_len);
-	if (cur.bad || blob_len > TF_QP_ADDR_MAX || ctl_len > TF_QP_ADDR_MAX) {
+	if (!get_qps(&cur, &q)) {
 		tf_log_warn("session", "handshake: malformed ACCEPT (%u bytes)",
 			    rx->h.size);
 		return -TF_EWIRE;
@@ -564,11 +585,7 @@ int tf__wire_parse_accept(const struct tf_wire_rx *rx, struct tf_wire_accept *m)
 	ret = get_exposures(&cur, &m->exps);
 	if (ret)
 		return ret;
-	m->conn_id = id;
-	m->blob = blob;
-	m->blob_len = blob_len;
-	m->ctl = ctl;
-	m->ctl_len = ctl_len;
+	set_qps(m, &q);
 	return 0;
 }
 
@@ -586,28 +603,16 @@ void tf__wire_put_qps(struct tf_wire_msg *m, uint32_t conn_id,
 int tf__wire_parse_addr(const struct tf_wire_rx *rx, struct tf_wire_accept *m)
 {
 	struct tf_wire_cur cur;
-	const uint8_t *blob, *ctl;
-	uint16_t blob_len, ctl_len;
-	uint32_t id;
+	struct wire_qps q;
 
 	if (!parse_start(rx, TF_WIRE_ADDR, &cur))
 		return -TF_EWIRE;
-	id = tf__wire_get_u32(&cur);
-	blob_len = tf__wire_get_u16(&cur);
-	blob = tf__wire_get_bytes(&cur, blob_len);
-	ctl_len = tf__wire_get_u16(&cur);
-	ctl = tf__wire_get_bytes(&cur, ctl_len);
-	if (cur.bad || !id || !blob_len || blob_len > TF_QP_ADDR_MAX ||
-	    ctl_len > TF_QP_ADDR_MAX) {
+	if (!get_qps(&cur, &q) || !q.id || !q.blob_len) {
 		tf_log_warn("session", "handshake: malformed ADDR (%u bytes)",
 			    rx->h.size);
 		return -TF_EWIRE;
 	}
-	m->conn_id = id;
-	m->blob = blob;
-	m->blob_len = blob_len;
-	m->ctl = ctl;
-	m->ctl_len = ctl_len;
+	set_qps(m, &q);
 	m->exps.n = 0;
 	return 0;
 }

@@ -103,7 +103,7 @@ enum tf_cap_flags {
 	TF_CAP_QP_RESET = 1u << 12,
 	/* tf_qp_connect is a device command (verbs without rdma_cm: two
 	 * QP transitions, tens of microseconds or more), which a peer's own
-	 * connect can overlap (TOLLFREE_SESSION_EARLY_ADDR). */
+	 * connect can overlap (TOLLFREE_SESSION_EARLY_ADDR=auto). */
 	TF_CAP_CONNECT_CMD = 1u << 13,
 };
 

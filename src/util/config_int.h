@@ -182,13 +182,14 @@
 	   "wait on a peer or find nothing to do) or auto (thread where the "  \
 	   "process may run on 4 CPUs or more, else inline).  An invalid "     \
 	   "value makes node creation fail")                                   \
-	XX(session, EARLY_ADDR, session_early_addr, STR, "auto",               \
+	XX(session, EARLY_ADDR, session_early_addr, STR, "n",                  \
 	   "Sessions: a server sends a new connection's QP addresses before "  \
 	   "it connects its QPs, so that the client connects its own "         \
 	   "meanwhile (one more message; both sides' QP transitions "          \
-	   "overlap): auto (where connecting a QP is a device command: "       \
-	   "TF_CAP_CONNECT_CMD), y (except through rdma_cm) or n.  An "        \
-	   "invalid value makes node creation fail")                           \
+	   "overlap): y (except through rdma_cm), auto (where connecting a "   \
+	   "QP is a device command: TF_CAP_CONNECT_CMD) or n.  Off by "        \
+	   "default: under rxe it helped in one guest and hurt across two "    \
+	   "(tollfree(7)).  An invalid value makes node creation fail")        \
 	XX(session, QP_CACHE, session_qp_cache, UINT, "16",                    \
 	   "Sessions: idle connections (QP + socket) kept for reuse; 0: none") \
 	XX(session, MW, session_mw, BOOL, "y",                                 \

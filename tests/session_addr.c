@@ -15,7 +15,12 @@
  *   6. a good ADDR, then an ACCEPT for another connection: -TF_EWIRE;
  *   7. a good ADDR, the server connects its QP to the client's, then an
  *      ACCEPT without blobs: the session opens, and its CLOSE reaches
- *      the server.
+ *      the server;
+ *   8. six times, no ADDR, an ACCEPT with the QP, as a server with early
+ *      addresses off answers: the session opens.
+ * The client runs with TOLLFREE_SESSION_EARLY_ADDR=y, so it refills its
+ * stock after an ADDR; it must also after an answer without one: its
+ * stock never runs dry (no misses in 13 connects, the stock holding 4).
  * Every failed connect leaves nothing behind (the pair's pinned-memory
  * check at the end, and the node's open-session count).  First, a
  * TOLLFREE_SESSION_EARLY_ADDR that means nothing makes node creation
@@ -40,7 +45,9 @@ enum script {
 	ACCEPT_BLOB,
 	ACCEPT_OTHER_ID,
 	ADDR_GOOD,
-	N_SCRIPTS = ADDR_GOOD,
+	/* Then, PLAIN_RUNS times, no ADDR: an ACCEPT with the QP. */
+	ACCEPT_PLAIN,
+	N_SCRIPTS = ACCEPT_PLAIN + 5,
 };
 
 static void srv_send(int fd, struct tf_wire_msg *m)
@@ -119,7 +126,7 @@ static void server(struct tf_pair *p)
 		CHECK(!hello.auth && hello.open.blob_len);
 		CHECK_OK(tf_qp_create(p->pd, &qpp, &qp));
 		CHECK_OK(tf_qp_get_addr(qp, blob, &len));
-		switch (sc) {
+		switch (sc < ACCEPT_PLAIN ? sc : ACCEPT_PLAIN) {
 		case ADDR_ID0:
 			srv_addr(fd, 0, blob, len);
 			break;
@@ -153,6 +160,12 @@ static void server(struct tf_pair *p)
 			srv_accept(fd, 7, NULL, 0);
 			srv_expect_close(p, fd);
 			break;
+		case ACCEPT_PLAIN:
+			CHECK_OK(tf_qp_connect(qp, hello.open.blob,
+					       hello.open.blob_len));
+			srv_accept(fd, 7, blob, len);
+			srv_expect_close(p, fd);
+			break;
 		}
 		/* The client has its answer: it hangs up, or we do. */
 		tf_test_sync(p);
@@ -179,10 +192,10 @@ static void client(struct tf_pair *p)
 		int ret;
 
 		/* The failures log what the server did wrong. */
-		tf_test_tolerate_log(sc != ADDR_GOOD);
+		tf_test_tolerate_log(sc < ADDR_GOOD);
 		ret = tf_session_connect(node, "127.0.0.1", port, NULL, &s);
 		tf_test_tolerate_log(false);
-		switch (sc) {
+		switch (sc < ACCEPT_PLAIN ? sc : ACCEPT_PLAIN) {
 		case ADDR_BAD_REJECT:
 			CHECKF(ret == -EBUSY, "script %d: %s", sc,
 			       tf_strerror(ret));
@@ -194,6 +207,7 @@ static void client(struct tf_pair *p)
 			       "script %d: %s", sc, tf_strerror(ret));
 			break;
 		case ADDR_GOOD:
+		case ACCEPT_PLAIN:
 			CHECKF(ret == 0, "script %d: %s", sc, tf_strerror(ret));
 			CHECK(tf_session_peer_exposures(s) == 0);
 			tf_session_close(s);
@@ -205,10 +219,17 @@ static void client(struct tf_pair *p)
 		tf_test_sync(p);
 	}
 	CHECK_OK(tf_node_query_stats(node, &st));
-	CHECKF(st.sessions_opened == 1 && st.sessions_closed == 1,
+	CHECKF(st.sessions_opened == 7 && st.sessions_closed == 7,
 	       "sessions opened %llu, closed %llu",
 	       (unsigned long long)st.sessions_opened,
 	       (unsigned long long)st.sessions_closed);
+	/* Expecting ADDRs, this side refills its stock after one, and
+	 * after an answer that came without one: a new connection never
+	 * found the stock empty. */
+	CHECKF(st.stock_misses == 0 && st.stock_hits == N_SCRIPTS,
+	       "stock: %llu hits, %llu misses",
+	       (unsigned long long)st.stock_hits,
+	       (unsigned long long)st.stock_misses);
 	tf_node_destroy(node);
 }
 
@@ -246,6 +267,8 @@ int main(void)
 
 	tf_test_begin("session_addr");
 	bad_setting();
+	/* The client expects ADDRs (side B's scripted server has no node). */
+	setenv("TOLLFREE_SESSION_EARLY_ADDR", "y", 1);
 	tf_test_pair_open(&p);
 	if (p.side == TF_SIDE_B)
 		server(&p);

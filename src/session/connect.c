@@ -230,6 +230,11 @@ next:
 		ret = connect_to_server(c, &acc);
 		if (ret)
 			return ret;
+		/* This side expected an ADDR and refills after it
+		 * (connect_new): a server that sent none still gets the
+		 * refill, or this node's stock would only drain. */
+		if (c->node->early_addr)
+			tf__stock_refill(c->node);
 	}
 	tf__wire_rx_reset(&c->rx);
 	return 0;

@@ -144,6 +144,10 @@ static void put_open(const struct tf_wire_rx *rx, struct tf_wire_msg *m,
 	tf__wire_put_u16(m, o->ctl_len);
 	tf__wire_put_bytes(m, o->ctl, o->ctl_len);
 	tf__wire_put_u32(m, o->grant);
+	/* Known flags only, and none with a grant. */
+	FUZZ_CHECK(!(o->flags & ~TF_WIRE_OPEN_RINV));
+	FUZZ_CHECK(!o->grant || !o->flags);
+	tf__wire_put_u8(m, o->flags);
 }
 
 /* Give the body of @rx to every parser; returns how many took it. */
@@ -215,9 +219,13 @@ static int parse_all(const struct tf_wire_rx *rx)
 		FUZZ_CHECK(in_body(rx, acc.blob, acc.blob_len));
 		FUZZ_CHECK(acc.ctl_len <= TF_QP_ADDR_MAX);
 		FUZZ_CHECK(in_body(rx, acc.ctl, acc.ctl_len));
+		/* A remote invalidation is of exposure 0. */
+		FUZZ_CHECK(!(acc.flags & ~TF_WIRE_ACCEPT_RINV));
+		FUZZ_CHECK(!(acc.flags & TF_WIRE_ACCEPT_RINV) || acc.exps.n);
 		tf__wire_init(&m, TF_WIRE_ACCEPT);
 		tf__wire_put_qps(&m, acc.conn_id, acc.blob, acc.blob_len,
 				 acc.ctl, acc.ctl_len);
+		tf__wire_put_u8(&m, acc.flags);
 		add_exposures(rx, &m, &acc.exps);
 	}
 
@@ -230,7 +238,7 @@ static int parse_all(const struct tf_wire_rx *rx)
 		FUZZ_CHECK(in_body(rx, acc.blob, acc.blob_len));
 		FUZZ_CHECK(acc.ctl_len <= TF_QP_ADDR_MAX);
 		FUZZ_CHECK(in_body(rx, acc.ctl, acc.ctl_len));
-		FUZZ_CHECK(acc.exps.n == 0);
+		FUZZ_CHECK(acc.exps.n == 0 && !acc.flags);
 		tf__wire_init(&m, TF_WIRE_ADDR);
 		tf__wire_put_qps(&m, acc.conn_id, acc.blob, acc.blob_len,
 				 acc.ctl, acc.ctl_len);

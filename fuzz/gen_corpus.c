@@ -92,6 +92,7 @@ static void put_open(struct tf_wire_msg *m, const uint8_t *blob,
 	tf__wire_put_u16(m, (uint16_t)ctl_len);
 	tf__wire_put_bytes(m, ctl, ctl_len);
 	tf__wire_put_u32(m, 0); /* no grant */
+	tf__wire_put_u8(m, 0);	/* no flags */
 }
 
 /* Seal the finished @m as the client of fuzz_seal.h's connection does,
@@ -170,7 +171,8 @@ static void gen_sealed(const uint8_t *blob, size_t blob_len)
 	       tf__wire_put_u32(&m, 1);
 	       tf__wire_put_u16(&m, (uint16_t)blob_len);
 	       tf__wire_put_bytes(&m, blob, blob_len); tf__wire_put_u16(&m, 0);
-	       put_exposures(&m, 1); tf__wire_finish(&m);
+	       tf__wire_put_u8(&m, 0); put_exposures(&m, 1);
+	       tf__wire_finish(&m);
 	       add_sealed(&s, k, TF_WIRE_CH_SOCK, true, &m, 0));
 	SEALED("sealed-addr", 0, 1, tf__wire_init(&m, TF_WIRE_ADDR);
 	       tf__wire_put_qps(&m, 1, blob, blob_len, NULL, 0);
@@ -267,7 +269,7 @@ static void gen_wire(const uint8_t *blob, size_t blob_len)
 	MSG("open-kept-grant", 0, 0, tf__wire_init(&m, TF_WIRE_OPEN);
 	    tf__wire_put_u32(&m, 9); tf__wire_put_u16(&m, 0);
 	    tf__wire_put_u16(&m, 0); tf__wire_put_u16(&m, 0);
-	    tf__wire_put_u32(&m, 3));
+	    tf__wire_put_u32(&m, 3); tf__wire_put_u8(&m, 0));
 	MSG("grant", 0, 0,
 	    tf__wire_put_grant(
 		    &m, 3,
@@ -279,10 +281,22 @@ static void gen_wire(const uint8_t *blob, size_t blob_len)
 	    tf__wire_put_u32(&m, 1); tf__wire_put_u16(&m, (uint16_t)blob_len);
 	    tf__wire_put_bytes(&m, blob, blob_len);
 	    tf__wire_put_u16(&m, (uint16_t)blob_len);
-	    tf__wire_put_bytes(&m, blob, blob_len); put_exposures(&m, 2));
+	    tf__wire_put_bytes(&m, blob, blob_len); tf__wire_put_u8(&m, 0);
+	    put_exposures(&m, 2));
 	MSG("accept-reused", 0, 0, tf__wire_init(&m, TF_WIRE_ACCEPT);
 	    tf__wire_put_u32(&m, 1); tf__wire_put_u16(&m, 0);
-	    tf__wire_put_u16(&m, 0); put_exposures(&m, 0));
+	    tf__wire_put_u16(&m, 0); tf__wire_put_u8(&m, 0);
+	    put_exposures(&m, 0));
+	/* Remote invalidation: asked in a kept connection's OPEN, agreed
+	 * in its ACCEPT (of exposure 0). */
+	MSG("open-rinv", 0, 0, tf__wire_init(&m, TF_WIRE_OPEN);
+	    tf__wire_put_u32(&m, 9); tf__wire_put_u16(&m, 0);
+	    tf__wire_put_u16(&m, 0); tf__wire_put_u16(&m, 0);
+	    tf__wire_put_u32(&m, 0); tf__wire_put_u8(&m, TF_WIRE_OPEN_RINV));
+	MSG("accept-rinv", 0, 0, tf__wire_init(&m, TF_WIRE_ACCEPT);
+	    tf__wire_put_u32(&m, 9); tf__wire_put_u16(&m, 0);
+	    tf__wire_put_u16(&m, 0); tf__wire_put_u8(&m, TF_WIRE_ACCEPT_RINV);
+	    put_exposures(&m, 1));
 	MSG("addr", 0, 0, tf__wire_init(&m, TF_WIRE_ADDR);
 	    tf__wire_put_qps(&m, 1, blob, blob_len, blob, blob_len));
 	MSG("reject", 0, 0, tf__wire_init(&m, TF_WIRE_REJECT);

@@ -71,6 +71,7 @@ static void srv_accept(int fd, uint32_t id, const uint8_t *blob, size_t len)
 
 	tf__wire_init(&m, TF_WIRE_ACCEPT);
 	tf__wire_put_qps(&m, id, blob, len, NULL, 0);
+	tf__wire_put_u8(&m, 0);	 /* no flags */
 	tf__wire_put_u16(&m, 0); /* no exposures */
 	srv_send(fd, &m);
 }

@@ -90,6 +90,7 @@ static void client(struct tf_pair *p, tf_node_t *node, uint16_t port)
 	tf__wire_put_u16(&m, 0); /* priv */
 	tf__wire_put_u16(&m, 0); /* control blob */
 	tf__wire_put_u32(&m, 0x7fffffffu);
+	tf__wire_put_u8(&m, 0); /* flags */
 	CHECK_OK(tf__wire_finish(&m));
 	CHECK_OK(tf__conn_send(c, TF_WIRE_CH_CTL, &m, 1000));
 	/* The answer comes after the server's CLOSE and GRANTs. */

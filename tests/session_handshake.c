@@ -188,6 +188,7 @@ static void client(struct tf_pair *p)
 		tf__wire_put_u16(&m, 0);
 		tf__wire_put_u16(&m, 0);
 		tf__wire_put_u32(&m, 0); /* no grant */
+		tf__wire_put_u8(&m, 0);	 /* no flags */
 		if (sealed)
 			tf__wire_put_bytes(&m, b, TF_WIRE_TAG);
 		CHECK_OK(tf__wire_finish(&m));
@@ -216,6 +217,7 @@ static void client(struct tf_pair *p)
 	tf__wire_put_u16(&m, 0);
 	tf__wire_put_u16(&m, 0);
 	tf__wire_put_u32(&m, 0);
+	tf__wire_put_u8(&m, 0);
 	CHECK_OK(tf__wire_finish(&m));
 	CHECK_OK(tf__wire_send(fd, &m, 1000));
 	expect_reject(fd, TF_EAUTH);

@@ -238,6 +238,14 @@ typedef struct tf_node_stats {
 	uint64_t grants_made;
 	uint64_t grants_taken;
 	uint64_t grants_dropped;
+	/* Remote invalidation (TF_SESSION_REMOTE_INV): server, windows that
+	 * a client's SEND_WITH_INV revoked; client, SEND_WITH_INVs its
+	 * closes sent.  remote_inv_missed (server): sessions that agreed
+	 * to it but revoked before the client's SEND_WITH_INV arrived, so
+	 * invalidated the window themselves and did not keep the
+	 * connection. */
+	uint64_t remote_inv;
+	uint64_t remote_inv_missed;
 } tf_node_stats_t;
 
 /* tf_node_query_stats - copy the counters (read without a lock).
@@ -344,6 +352,19 @@ enum tf_session_flags {
 	/* Connect: make a new connection even if one is kept for the peer,
 	 * and do not keep this one after close. */
 	TF_SESSION_NO_REUSE = 1u << 1,
+	/*
+	 * Connect: remote invalidation.  This side sends no message that
+	 * takes a receive at the server (tf_session_send, _send_imm and
+	 * _write_imm return -EPERM), so the server may keep a receive of
+	 * its own on the session's QP; a server that does says so in its
+	 * ACCEPT, and then this side's close sends a SEND_WITH_INV naming
+	 * the server's exposure 0 ahead of its CLOSE: the server's NIC
+	 * revokes that window as it arrives, and the server skips its own
+	 * invalidation (tf_session_close(3)).  Without the server's
+	 * agreement (no windows, no TF_CAP_SEND_WITH_INV, an older
+	 * version, no exposure at accept, a grant) the close is as usual.
+	 */
+	TF_SESSION_REMOTE_INV = 1u << 2,
 };
 
 typedef struct tf_session_params {

@@ -68,14 +68,17 @@ int tf__conn_make_qp(struct tf_node *node, struct tf_conn *c,
 		     uint32_t send_depth, uint32_t recv_depth)
 {
 	/* The send queue has room for the session's own binds and
-	 * invalidations on top of the caller's depth. */
+	 * invalidations on top of the caller's depth, and for the fence
+	 * READ and a remote invalidation (RINV_SLOT: the client's
+	 * SEND_WITH_INV, outstanding into the next session, or the
+	 * server's receive for it). */
 	tf_cq_params_t cqp = {.field_mask = TF_CQ_PARAM_DEPTH,
 			      .depth = send_depth + recv_depth +
 				       TF_SESSION_MAX_EXPOSURES + 16};
 	tf_qp_params_t qpp = {
 		.field_mask = TF_QP_PARAM_MAX_SEND_WR | TF_QP_PARAM_MAX_RECV_WR,
-		.max_send_wr = send_depth + TF_SESSION_MAX_EXPOSURES,
-		.max_recv_wr = recv_depth};
+		.max_send_wr = send_depth + TF_SESSION_MAX_EXPOSURES + 2,
+		.max_recv_wr = recv_depth + 1};
 	int ret;
 
 	ret = tf_cq_create(node->ctx, &cqp, &c->cq);

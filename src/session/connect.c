@@ -223,6 +223,14 @@ next:
 		tf_log_warn(S, "handshake: malformed ACCEPT");
 		return -TF_EWIRE;
 	}
+	/* Only asked for, and then of exposure 0 (the parser checked that
+	 * there is one). */
+	if ((acc.flags & TF_WIRE_ACCEPT_RINV) && !s->rinv_asked) {
+		tf_log_warn(S, "handshake: ACCEPT agrees to a remote "
+			       "invalidation nobody asked for");
+		return -TF_EWIRE;
+	}
+	s->rinv = acc.flags & TF_WIRE_ACCEPT_RINV;
 	ret = tf__sess_add_exposures(s, &acc.exps);
 	if (ret)
 		return ret;
@@ -238,6 +246,13 @@ next:
 	}
 	tf__wire_rx_reset(&c->rx);
 	return 0;
+}
+
+/* TF_SESSION_REMOTE_INV asked in @params. */
+static bool want_rinv(const tf_session_params_t *params)
+{
+	return params && (params->field_mask & TF_SESSION_PARAM_FLAGS) &&
+	       (params->flags & TF_SESSION_REMOTE_INV);
 }
 
 /* The fields of an OPEN after its connection id: the client's QP and
@@ -260,6 +275,8 @@ static void put_open(struct tf_wire_msg *m, const tf_session_params_t *params,
 	tf__wire_put_u16(m, (uint16_t)ctl_len);
 	tf__wire_put_bytes(m, ctl, ctl_len);
 	tf__wire_put_u32(m, grant);
+	/* A grant's OPEN is not answered: nobody could agree. */
+	tf__wire_put_u8(m, want_rinv(params) && !grant ? TF_WIRE_OPEN_RINV : 0);
 }
 
 static int send_open(struct tf_session *s, const tf_session_params_t *params,
@@ -409,6 +426,7 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 	}
 	s->reused = true;
 	s->qctl = c->ctl.ready;
+	s->rinv_asked = want_rinv(params);
 	ret = s->qctl ? take_aside(c) : 0;
 	if (!ret && c->n_grants) {
 		ret = open_granted(s, params);
@@ -579,6 +597,7 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	ret = tf__sess_new(node, c, false, &s);
 	if (ret)
 		goto err_conn;
+	s->rinv_asked = want_rinv(params);
 	ret = client_accept(s, false);
 	if (ret) {
 		s->broken = true;

@@ -579,6 +579,7 @@ static int server_open_new(struct tf_listener *l, struct tf_conn *c,
 		return ret;
 	memcpy(s->priv, req->priv, req->priv_len);
 	s->priv_len = req->priv_len;
+	s->rinv_asked = req->flags & TF_WIRE_OPEN_RINV;
 	s->deferred = true;
 	*s_p = s;
 	return 0;
@@ -722,6 +723,7 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 	STAT(node, qp_reused);
 	memcpy(s->priv, req.priv, req.priv_len);
 	s->priv_len = req.priv_len;
+	s->rinv_asked = req.flags & TF_WIRE_OPEN_RINV;
 	if (gi >= 0) {
 		/* Open already on the client's side: no ACCEPT. */
 		g = tf__conn_grant_take(c, (unsigned)gi);

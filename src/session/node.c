@@ -317,6 +317,7 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 			    caps.provider);
 		node->use_mw = false;
 	}
+	node->rinv = node->use_mw && (caps.flags & TF_CAP_SEND_WITH_INV);
 
 	ret = tf_pd_create(ctx, &node->pd);
 	if (ret)
@@ -474,5 +475,7 @@ int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
 	st->grants_made = LD(grants_made);
 	st->grants_taken = LD(grants_taken);
 	st->grants_dropped = LD(grants_dropped);
+	st->remote_inv = LD(remote_inv);
+	st->remote_inv_missed = LD(remote_inv_missed);
 	return 0;
 }

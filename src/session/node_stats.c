@@ -53,6 +53,8 @@ static const struct tf__stats_field node_fields[] = {
 	TF__STATS_FIELD(tf_node_stats_t, grants_made),
 	TF__STATS_FIELD(tf_node_stats_t, grants_taken),
 	TF__STATS_FIELD(tf_node_stats_t, grants_dropped),
+	TF__STATS_FIELD(tf_node_stats_t, remote_inv),
+	TF__STATS_FIELD(tf_node_stats_t, remote_inv_missed),
 };
 
 static const struct tf__stats_field pool_fields[] = {

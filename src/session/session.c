@@ -226,6 +226,25 @@ static int send_exposures(struct tf_session *s)
 	return send_with_exposures(s, &m);
 }
 
+/*
+ * Server: agree to the client's remote invalidation of exposure 0 (a
+ * window) if it asked and this node can, by posting the receive its
+ * SEND_WITH_INV takes (empty: such a SEND carries nothing).  Posted before
+ * the ACCEPT leaves; whether it was.
+ */
+static bool rinv_offer(struct tf_session *s)
+{
+	struct tf_recv_wr wr = {.wr_id = WR_ID(WR_INT, RINV_SLOT)};
+
+	if (!s->rinv_asked || !s->node->rinv || !s->n_exps || !s->exps[0].mw ||
+	    !s->exps[0].live || s->granted)
+		return false;
+	if (tf_post_recv(s->c->qp, &wr, NULL))
+		return false;
+	s->rinv = true;
+	return true;
+}
+
 int tf__sess_send_accept(struct tf_session *s)
 {
 	uint8_t blob[TF_QP_ADDR_MAX], ctl[TF_QP_ADDR_MAX];
@@ -250,6 +269,7 @@ int tf__sess_send_accept(struct tf_session *s)
 	}
 	tf__wire_init(&m, TF_WIRE_ACCEPT);
 	tf__wire_put_qps(&m, s->c->id, blob, blob_len, ctl, ctl_len);
+	tf__wire_put_u8(&m, rinv_offer(s) ? TF_WIRE_ACCEPT_RINV : 0);
 	ret = send_with_exposures(s, &m);
 	if (ret)
 		return ret;
@@ -665,6 +685,30 @@ tf_qp_t *tf_session_qp(tf_session_t *s)
 
 /* ------------------------------------------------------ revoke, close */
 
+/*
+ * Server, before revoking: the client's SEND_WITH_INV went before its
+ * CLOSE, on another QP (or the socket), so once the CLOSE is here that
+ * SEND is here or on its way: look for a little while (the node's spin,
+ * at least RINV_WAIT_US).  Without the CLOSE nothing is on its way.
+ */
+#define RINV_WAIT_US 10
+
+static void rinv_wait(struct tf_session *s)
+{
+	const struct tf_config *cfg = &s->node->ctx->cfg;
+	struct tf_backoff bo;
+
+	if (tf__sess_reap(s, NULL, 0) < 0 || s->rinv_done || !s->peer_closed)
+		return;
+	tf__backoff_init(&bo,
+			 cfg->poll_spin_us > RINV_WAIT_US ? cfg->poll_spin_us
+							  : RINV_WAIT_US,
+			 cfg->poll_spin_yield_us, -1);
+	while (!s->rinv_done && tf__backoff_spin(&bo) == 0)
+		if (tf__sess_reap(s, NULL, 0) < 0)
+			return;
+}
+
 int tf_session_revoke(tf_session_t *s)
 {
 	struct tf_node *node;
@@ -676,6 +720,18 @@ int tf_session_revoke(tf_session_t *s)
 		return -EINVAL;
 	node = s->node;
 	qp_ok = tf_qp_state(s->c->qp) == TF_QPS_RTS;
+	/* Server: the client's SEND_WITH_INV of exposure 0 (the client's
+	 * s->rinv is for its close). */
+	if (s->server && s->rinv && !s->rinv_done && qp_ok)
+		rinv_wait(s);
+	if (s->server && s->rinv && !s->rinv_done) {
+		/* Revoked here instead: the receive stays posted, and a
+		 * SEND_WITH_INV that still came would fail the QP on the
+		 * revoked window.  The connection ends with the session. */
+		s->rinv = false;
+		s->c->no_keep = true;
+		STAT(node, remote_inv_missed);
+	}
 	/* Invalidate every live window on the QP it was bound on; the
 	 * invalidations are posted together and then awaited. */
 	for (int i = 0; i < s->n_exps; i++) {
@@ -687,6 +743,12 @@ int tf_session_revoke(tf_session_t *s)
 
 		if (!e->live || !e->mw || !qp_ok)
 			continue;
+		if (i == 0 && s->rinv_done) {
+			/* The client's SEND_WITH_INV revoked it. */
+			e->status = TF_WC_SUCCESS;
+			STAT(node, remote_inv);
+			continue;
+		}
 		e->status = TF_WC_GENERAL_ERR;
 		if (tf_post_send(s->c->qp, &wr, NULL)) {
 			qp_ok = false;
@@ -729,6 +791,26 @@ int tf_session_revoke(tf_session_t *s)
 	unexpose(s, s->exposed);
 	s->revoked = true;
 	STAT_ADD(node, revoke_ns, tf__now_ns() - t0);
+	return ret;
+}
+
+/*
+ * Client: the empty SEND_WITH_INV of the server's exposure 0, after all
+ * this session's data on its QP.  Nobody waits for its completion (a
+ * later session's reap, or the QP's end, takes it).  0 or -errno.
+ */
+static int rinv_send(struct tf_session *s)
+{
+	struct tf_send_wr wr = {.wr_id = WR_ID(WR_INT, RINV_SLOT),
+				.opcode = TF_WR_SEND_WITH_INV,
+				.send_flags = TF_SEND_SIGNALED,
+				.invalidate_rkey = s->peer[0].rkey};
+	int ret = tf_post_send(s->c->qp, &wr, NULL);
+
+	if (ret)
+		tf_log_warn(S, "remote invalidation: %s", tf_strerror(ret));
+	else
+		STAT(s->node, remote_inv);
 	return ret;
 }
 
@@ -815,15 +897,22 @@ void tf_session_close(tf_session_t *s)
 		c->broken = true;
 	} else if (!s->broken) {
 		struct tf_wire_msg m;
+		bool rinv = !server && s->rinv && !s->peer_closed;
 
+		/* A server that closed first revoked its exposure 0 itself
+		 * (no SEND_WITH_INV then) and ends the connection. */
+		if (!server && s->rinv && s->peer_closed)
+			keep = false;
 		/* One-way: tell the peer and go.  This side's keys are revoked
 		 * already; the peer revokes its own when it closes, which is
-		 * its business (tf_session_close(3)). */
+		 * its business (tf_session_close(3)), or its device revokes
+		 * exposure 0 as the SEND_WITH_INV ahead of the CLOSE arrives
+		 * (TF_SESSION_REMOTE_INV). */
 		tf__wire_init(&m, TF_WIRE_CLOSE);
 		/* A connection that ends with the session closes its socket
 		 * below: a CLOSE sent there leaves with the FIN. */
 		c->fin_next = !keep;
-		if (tf__wire_finish(&m) ||
+		if ((rinv && rinv_send(s)) || tf__wire_finish(&m) ||
 		    tf__sess_ctl_send(s, &m, node->timeout_ms))
 			tf__sess_set_broken(s, -EPIPE);
 		c->fin_next = false;

@@ -37,6 +37,42 @@ static void stash_push(struct tf_session *s, const struct tf_wc *wc)
 }
 
 /*
+ * A remote invalidation's completion (RINV_SLOT).  Client: its
+ * SEND_WITH_INV, possibly a session or more after the one that closed
+ * (nobody waits for it): only a failure is worth a word, and the QP's
+ * error says the rest.  Server: the receive it took, which must carry
+ * exposure 0's key; anything else is the client's error, and the window
+ * is then revoked as usual (tf_session_revoke).
+ */
+static void rinv_done(struct tf_session *s, const struct tf_wc *wc)
+{
+	if (wc->opcode != TF_WC_RECV) {
+		if (wc->status != TF_WC_SUCCESS &&
+		    wc->status != TF_WC_WR_FLUSH_ERR)
+			tf_log_warn(S, "remote invalidation failed: %s",
+				    tf_wc_status_str(wc->status));
+		return;
+	}
+	if (!s->server || !s->rinv || s->rinv_done ||
+	    wc->status == TF_WC_WR_FLUSH_ERR)
+		return;
+	if (wc->status == TF_WC_SUCCESS && (wc->flags & TF_WC_WITH_INV) &&
+	    s->n_exps && wc->invalidated_rkey == s->exps[0].info.rkey &&
+	    !wc->byte_len) {
+		s->rinv_done = true;
+		return;
+	}
+	tf_log_warn(S,
+		    "peer's remote invalidation took the wrong form (%s, "
+		    "%u bytes, %s key 0x%x)",
+		    tf_wc_status_str(wc->status), wc->byte_len,
+		    (wc->flags & TF_WC_WITH_INV) ? "invalidated" : "no",
+		    wc->invalidated_rkey);
+	s->rinv = false;
+	tf__sess_set_broken(s, -TF_EWIRE);
+}
+
+/*
  * Poll the connection's CQ once: internal completions update their
  * exposure, the caller's are translated back to their wr_ids and go to
  * @out (up to @n), the rest to the stash.  Returns how many went to @out.
@@ -56,6 +92,10 @@ int tf__sess_reap(struct tf_session *s, struct tf_wc *out, int n)
 
 		switch (WR_KIND(wc->wr_id)) {
 		case WR_INT:
+			if (slot == RINV_SLOT) {
+				rinv_done(s, wc);
+				continue;
+			}
 			if (slot == FENCE_SLOT) {
 				if (s->fence_pending > 0)
 					s->fence_pending--;
@@ -594,6 +634,10 @@ int tf_session_write_imm(tf_session_t *s, int buf, size_t loff, int exp,
 	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_WRITE_WITH_IMM,
 				.imm_data = imm};
 
+	/* It takes a receive at the peer, which holds one for the remote
+	 * invalidation only. */
+	if (s && s->rinv_asked && !s->server)
+		return -EPERM;
 	return rdma(s, &wr, &sge, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff,
 		    len, wr_id);
 }
@@ -651,6 +695,9 @@ static int send_msg(struct tf_session *s, struct tf_send_wr *wr,
 
 	if (!b)
 		return -EINVAL;
+	/* TF_SESSION_REMOTE_INV: see tf_session_write_imm. */
+	if (s->rinv_asked && !s->server)
+		return -EPERM;
 	if (off > b->len || len > b->len - off)
 		return -ERANGE;
 	sge->addr = (uintptr_t)b->addr + off;

@@ -240,6 +240,9 @@ struct tf_node {
 	 * placed it (no TF_CAP_REMOTE_ACK: iWARP): a control message after
 	 * data waits for a fence (tf__sess_fence). */
 	bool fence;
+	/* The provider has TF_CAP_SEND_WITH_INV and exposures are windows:
+	 * a server may agree to TF_SESSION_REMOTE_INV. */
+	bool rinv;
 	/* Protects the idle list and the free windows. */
 	pthread_mutex_t lock;
 	struct tf_conn idle; /* list head; most recently used first */
@@ -264,6 +267,7 @@ struct tf_node {
 	atomic_ullong sessions_refused, sessions_refused_peer;
 	atomic_ullong expose_refused, kept_refused;
 	atomic_ullong grants_made, grants_taken, grants_dropped;
+	atomic_ullong remote_inv, remote_inv_missed;
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;
 };
@@ -333,6 +337,15 @@ struct tf_session {
 	bool broken;
 	bool opened;  /* counted in sessions_opened (handshake completed) */
 	bool granted; /* opened on a grant: exposure 0 is the grant */
+	/* Remote invalidation (TF_SESSION_REMOTE_INV).  Client: rinv_asked
+	 * (the flag; no SEND then), rinv (the server agreed: the close
+	 * sends a SEND_WITH_INV of its exposure 0).  Server: rinv_asked
+	 * (the OPEN asked), rinv (its receive for it is posted, exposure 0
+	 * is a window), rinv_done (that receive completed: the window is
+	 * revoked). */
+	bool rinv_asked;
+	bool rinv;
+	bool rinv_done;
 	/* Control messages go over the connection's control QP (a session
 	 * on a kept connection whose control QP is ready), else TCP. */
 	bool qctl;
@@ -385,6 +398,10 @@ enum { TF_SESS_WR_SEND = 1, TF_SESS_WR_RECV = 2, TF_SESS_WR_INT = 3 };
 #define WR_SEND		    TF_SESS_WR_SEND
 #define WR_RECV		    TF_SESS_WR_RECV
 #define WR_INT		    TF_SESS_WR_INT
+/* The internal slot of a remote invalidation: the client's SEND_WITH_INV,
+ * the server's receive for it (TF_SESSION_REMOTE_INV).  Past every
+ * exposure's and the fence READ's (session_data.c). */
+#define RINV_SLOT ((uint64_t)TF_SESSION_MAX_EXPOSURES + 1)
 
 /* session.c and session_data.c share these. */
 void tf__sess_set_broken(struct tf_session *s, int why);

@@ -394,6 +394,7 @@ static int get_open(struct tf_wire_cur *cur, uint32_t reuse,
 	const uint8_t *blob, *priv, *ctl;
 	uint16_t blob_len, priv_len, ctl_len;
 	uint32_t grant;
+	uint8_t flags;
 
 	blob_len = tf__wire_get_u16(cur);
 	blob = tf__wire_get_bytes(cur, blob_len);
@@ -402,19 +403,24 @@ static int get_open(struct tf_wire_cur *cur, uint32_t reuse,
 	ctl_len = tf__wire_get_u16(cur);
 	ctl = tf__wire_get_bytes(cur, ctl_len);
 	grant = tf__wire_get_u32(cur);
-	/* A grant is taken on a kept connection only. */
+	flags = tf__wire_get_u8(cur);
+	/* A grant is taken on a kept connection only, and is not answered
+	 * (so no server agrees to a remote invalidation there). */
 	if (cur->bad || blob_len > TF_QP_ADDR_MAX ||
 	    priv_len > TF_WIRE_MAX_PRIV || ctl_len > TF_QP_ADDR_MAX ||
 	    (!reuse && (!blob_len || grant)) ||
-	    (reuse && (blob_len || ctl_len))) {
+	    (reuse && (blob_len || ctl_len)) || (flags & ~TF_WIRE_OPEN_RINV) ||
+	    (grant && flags)) {
 		tf_log_warn("session",
 			    "handshake: malformed %s (%u bytes, connection "
-			    "%u, blob %u, control blob %u, grant %u)",
+			    "%u, blob %u, control blob %u, grant %u, flags "
+			    "0x%x)",
 			    op_names[rx->h.op], rx->h.size, reuse, blob_len,
-			    ctl_len, grant);
+			    ctl_len, grant, flags);
 		return -TF_EWIRE;
 	}
 	m->grant = grant;
+	m->flags = flags;
 	m->reuse_id = reuse;
 	m->blob = blob;
 	m->blob_len = blob_len;
@@ -573,19 +579,32 @@ int tf__wire_parse_accept(const struct tf_wire_rx *rx, struct tf_wire_accept *m)
 {
 	struct tf_wire_cur cur;
 	struct wire_qps q;
+	uint8_t flags;
+	bool ok;
 	int ret;
 
 	if (!parse_start(rx, TF_WIRE_ACCEPT, &cur))
 		return -TF_EWIRE;
-	if (!get_qps(&cur, &q)) {
-		tf_log_warn("session", "handshake: malformed ACCEPT (%u bytes)",
-			    rx->h.size);
+	ok = get_qps(&cur, &q);
+	flags = tf__wire_get_u8(&cur);
+	if (!ok || cur.bad || (flags & ~TF_WIRE_ACCEPT_RINV)) {
+		tf_log_warn("session",
+			    "handshake: malformed ACCEPT (%u bytes, flags "
+			    "0x%x)",
+			    rx->h.size, flags);
 		return -TF_EWIRE;
 	}
 	ret = get_exposures(&cur, &m->exps);
 	if (ret)
 		return ret;
+	/* The remote invalidation is of exposure 0. */
+	if ((flags & TF_WIRE_ACCEPT_RINV) && !m->exps.n) {
+		tf_log_warn("session", "handshake: ACCEPT offers a remote "
+				       "invalidation and no exposure");
+		return -TF_EWIRE;
+	}
 	set_qps(m, &q);
+	m->flags = flags;
 	return 0;
 }
 
@@ -613,6 +632,7 @@ int tf__wire_parse_addr(const struct tf_wire_rx *rx, struct tf_wire_accept *m)
 		return -TF_EWIRE;
 	}
 	set_qps(m, &q);
+	m->flags = 0;
 	m->exps.n = 0;
 	return 0;
 }

@@ -30,9 +30,10 @@
  *   C->S HELLO      nonce_c[32], u8 flags = 0, then what OPEN carries:
  *                   u16 blob_len, blob (the client's QP), u16 priv_len,
  *                   priv, u16 ctl_len, ctl_blob (its control QP, or 0),
- *                   u32 grant = 0
+ *                   u32 grant = 0, u8 open_flags (TF_WIRE_OPEN_*)
  *   S->C ACCEPT     u32 conn_id, u16 blob_len, blob, u16 ctl_len,
- *                   ctl_blob (0: none), u16 n, n * exposure
+ *                   ctl_blob (0: none), u8 accept_flags
+ *                   (TF_WIRE_ACCEPT_*), u16 n, n * exposure
  *     or REJECT     i32 error (a TF_E* or errno value, positive); for
  *                   TF_EPEER (the server could not connect its QP to
  *                   the client's) also u8 len, provider, u8 len,
@@ -66,7 +67,7 @@
  *   S->C CHALLENGE  nonce_s[32], mac_s[32]
  *   C->S OPEN       sealed: u32 reuse_id = 0, u16 blob_len, blob,
  *                   u16 priv_len, priv, u16 ctl_len, ctl_blob,
- *                   u32 grant = 0
+ *                   u32 grant = 0, u8 open_flags
  *   S->C ACCEPT     sealed, as above (or REJECT, sealed)
  * Keys are derived from the key and both nonces (seal.c).  mac_s =
  * HMAC-SHA256(fin_s, SHA-256(HELLO | CHALLENGE up to mac_s)) proves the
@@ -89,7 +90,8 @@
  *   S->C GRANT      u32 grant (non-zero, unique on the connection), then
  *                   one exposure: a window over a fresh slice, bound to
  *                   the connection's QP, for the next session
- *   C->S OPEN       reuse_id, no blobs, priv, grant = the grant it takes
+ *   C->S OPEN       reuse_id, no blobs, priv, grant = the grant it takes,
+ *                   open_flags = 0
  * An OPEN that takes a grant is not answered: the session is open on
  * both sides as the OPEN leaves, and the grant is the server's exposure 0
  * (the client writes into it at once).  A server that refuses it sends
@@ -99,6 +101,22 @@
  * client holds at most TF_WIRE_MAX_GRANTS and takes the oldest first.
  * The server's ACCEPT, CLOSE, EXPOSE and GRANT messages share the control
  * QP's order, so a client reads GRANTs wherever it reads that channel.
+ *
+ * Remote invalidation (version 6): a client that sends nothing taking a
+ * receive at the server (no SEND, SEND_WITH_IMM or WRITE_WITH_IMM) may
+ * set TF_WIRE_OPEN_RINV.  A server whose exposure 0 is a window on a
+ * device with SEND_WITH_INV then posts one receive of its own (no buffer)
+ * on the session's QP before its ACCEPT, and says so with
+ * TF_WIRE_ACCEPT_RINV.  The client's close then posts, on that QP after
+ * all its data, an empty SEND_WITH_INV naming exposure 0's key, and then
+ * sends its CLOSE (on whichever channel) without waiting: the server's
+ * device revokes the window as the SEND arrives, and the receive's
+ * completion (with the invalidated key, which must be exposure 0's) tells
+ * the server, which then skips its own invalidation.  A server that must
+ * revoke before that completion came (it closes first, or the client
+ * never sends it) invalidates the window itself and ends the connection:
+ * its receive is still posted, and a SEND_WITH_INV arriving for a window
+ * already revoked would fail the QP.
  *
  * Channels: the first session of a connection sends all its messages on
  * the TCP socket.  If both sides exchanged control QP blobs (and both
@@ -122,8 +140,9 @@
  * client's).  3: one round trip without a key (HELLO carries the OPEN),
  * sealed messages with one.  4: grants (GRANT, and OPEN's grant field).
  * 5: early addresses (ADDR before a new connection's ACCEPT).
+ * 6: remote invalidation (OPEN's and ACCEPT's flags).
  * A peer of another version gets -TF_EVERSION, not a misparse. */
-#define TF_WIRE_VERSION	 5
+#define TF_WIRE_VERSION	 6
 #define TF_WIRE_HDR_SIZE 16
 /* Bounds on what a peer may send; every one is checked. */
 #define TF_WIRE_MAX_BODY 4096
@@ -163,6 +182,13 @@ enum tf_wire_flags {
 
 /* HELLO flags. */
 #define TF_WIRE_HELLO_AUTH 1u
+/* OPEN flags: the client sends nothing that takes a receive at the server
+ * and asks to revoke the server's exposure 0 with a SEND_WITH_INV at close
+ * (TF_SESSION_REMOTE_INV).  Not with a grant. */
+#define TF_WIRE_OPEN_RINV 1u
+/* ACCEPT flags: the server posted a receive for that SEND_WITH_INV on the
+ * session's QP, and its exposure 0 (the ACCEPT carries one) is a window. */
+#define TF_WIRE_ACCEPT_RINV 1u
 
 struct tf_wire_hdr {
 	uint32_t magic;
@@ -331,6 +357,7 @@ struct tf_wire_open {
 	const uint8_t *ctl;
 	uint16_t blob_len, priv_len, ctl_len;
 	uint32_t grant; /* the grant a kept connection's session takes, 0 */
+	uint8_t flags;	/* TF_WIRE_OPEN_* */
 };
 
 struct tf_wire_hello {
@@ -353,6 +380,7 @@ struct tf_wire_accept {
 	const uint8_t *blob; /* blob_len <= TF_QP_ADDR_MAX */
 	const uint8_t *ctl;  /* ctl_len <= TF_QP_ADDR_MAX, 0: none */
 	uint16_t blob_len, ctl_len;
+	uint8_t flags; /* TF_WIRE_ACCEPT_* (an ADDR has none) */
 	struct tf_wire_exposures exps;
 };
 

@@ -199,9 +199,12 @@ static void usage_crr(FILE *f)
 		"[--transport shm|tcp|auto]\n"
 		"          [--gap-us N] [--server-wait spin|sleep] "
 		"[--server HOST:PORT | --connect HOST:PORT]\n"
-		"          [--csv] [--json FILE] [--plot FILE.svg]\n"
+		"          [--remote-inv] [--csv] [--json FILE] "
+		"[--plot FILE.svg]\n"
 		"  defaults: K 4, SIZE 1K, 150 sessions per mode, warm-up "
 		"min(n/10, 20), batch 25, no gap, server-wait spin, write,\n"
+		"  --remote-inv: sessions connect with TF_SESSION_REMOTE_INV "
+		"(write and read only)\n"
 		"  every mode: ",
 		prog);
 	bench_print_names(f, &crr_modes[0].name, sizeof(crr_modes[0]), NMODES);
@@ -214,6 +217,7 @@ enum {
 	OPT_PLOT,
 	OPT_GAP,
 	OPT_SERVER_WAIT,
+	OPT_REMOTE_INV,
 };
 
 static const struct option crr_long[] = {
@@ -231,6 +235,7 @@ static const struct option crr_long[] = {
 	{"plot", required_argument, NULL, OPT_PLOT},
 	{"gap-us", required_argument, NULL, OPT_GAP},
 	{"server-wait", required_argument, NULL, OPT_SERVER_WAIT},
+	{"remote-inv", no_argument, NULL, OPT_REMOTE_INV},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -302,6 +307,9 @@ static int crr_parse(int argc, char **argv, struct crr_opts *o)
 			if (parse_server_wait(optarg, &o->server_sleep))
 				return -1;
 			break;
+		case OPT_REMOTE_INV:
+			o->remote_inv = true;
+			break;
 		default:
 			if (bench_opt_rest(c, optarg, &o->cm, usage_crr))
 				return -1;
@@ -311,6 +319,11 @@ static int crr_parse(int argc, char **argv, struct crr_opts *o)
 		return -1;
 	if (o->server && o->connect) {
 		fail("--server and --connect exclude each other");
+		return -1;
+	}
+	/* Its sessions send nothing that takes a receive at the server. */
+	if (o->remote_inv && o->op == OP_SEND) {
+		fail("--remote-inv: not with -t send");
 		return -1;
 	}
 	if (!o->warmup_set)

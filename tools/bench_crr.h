@@ -77,6 +77,7 @@ struct crr_opts {
 	unsigned modes;	   /* bit per crr_modes[] entry */
 	unsigned gap_us;   /* --gap-us: the client's pause before each one */
 	bool server_sleep; /* --server-wait sleep */
+	bool remote_inv;   /* --remote-inv: TF_SESSION_REMOTE_INV */
 };
 
 /* ------------------------------------------------------------ channel */

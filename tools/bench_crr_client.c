@@ -92,8 +92,9 @@ static int cli_move(struct cli *c, tf_session_t *s, int b)
 static int cli_open(struct cli *c, int reg, bool reuse, bool warm,
 		    tf_session_t **s_p, int *b_p, uint64_t *t)
 {
-	tf_session_params_t sp =
-		sess_params(c->o, reuse ? 0 : TF_SESSION_NO_REUSE);
+	tf_session_params_t sp = sess_params(
+		c->o, (reuse ? 0 : TF_SESSION_NO_REUSE) |
+			      (c->o->remote_inv ? TF_SESSION_REMOTE_INV : 0));
 	int ret;
 
 	if (warm) {
@@ -482,8 +483,11 @@ int crr_client(const struct crr_opts *o, int ch, const char *host, int cpu,
 			n = snprintf(wait, sizeof(wait),
 				     "  server-wait: sleep");
 		if (o->gap_us)
+			n += snprintf(wait + n, sizeof(wait) - (size_t)n,
+				      "  gap: %u us", o->gap_us);
+		if (o->remote_inv)
 			snprintf(wait + n, sizeof(wait) - (size_t)n,
-				 "  gap: %u us", o->gap_us);
+				 "  remote-inv");
 		snprintf(extra, sizeof(extra),
 			 "%s\n%sop: %s  K: %u  S: %" PRIu64
 			 " B  sessions/mode: %u  warm-up/mode: %u  batch: %u%s",

@@ -83,7 +83,8 @@ static void usage_load(FILE *f)
 		"[--plot FILE.svg]\n"
 		"          [--hog[=N]] [--hog-hold] [--hog-nice N] "
 		"[--client-spin-us N|auto]\n"
-		"          [--server-nodes shared|thread] [--grant-depth N]\n"
+		"          [--server-nodes shared|thread] [--grant-depth N] "
+		"[--remote-inv]\n"
 		"  defaults: 2 client processes x 2 threads, 1 server "
 		"thread, server-wait spin, closed loop\n"
 		"  (--rate: sessions/s per client thread, open loop), 3 s "
@@ -100,6 +101,8 @@ static void usage_load(FILE *f)
 		"and node of its own (default: one shared)\n"
 		"  --grant-depth N: grants a kept connection holds ahead in "
 		"pool+mw/grant (1 to 8; default: the library's, 2)\n"
+		"  --remote-inv: the clients' sessions connect with "
+		"TF_SESSION_REMOTE_INV\n"
 		"  every mode: ",
 		prog);
 	bench_print_names(f, &load_modes[0].name, sizeof(load_modes[0]),
@@ -160,6 +163,7 @@ enum {
 	OPT_CLIENT_SPIN,
 	OPT_SERVER_NODES,
 	OPT_GRANT_DEPTH,
+	OPT_REMOTE_INV,
 };
 
 static const struct option load_long[] = {
@@ -178,6 +182,7 @@ static const struct option load_long[] = {
 	{"client-spin-us", required_argument, NULL, OPT_CLIENT_SPIN},
 	{"server-nodes", required_argument, NULL, OPT_SERVER_NODES},
 	{"grant-depth", required_argument, NULL, OPT_GRANT_DEPTH},
+	{"remote-inv", no_argument, NULL, OPT_REMOTE_INV},
 	BENCH_COMMON_OPTS,
 	BENCH_TRANSPORT_OPT,
 	{"plot", required_argument, NULL, OPT_PLOT},
@@ -315,6 +320,9 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 					TF_LISTENER_MAX_GRANT_DEPTH,
 					&o->grant_depth))
 				return -1;
+			break;
+		case OPT_REMOTE_INV:
+			o->remote_inv = true;
 			break;
 		case OPT_SERVER_NODES:
 			if (opt_is(optarg, "thread")) {
@@ -915,8 +923,10 @@ int cmd_load(int argc, char **argv)
 			 o.rate);
 	else
 		snprintf(loop, sizeof(loop), "closed loop");
-	if (o.grant_depth)
-		snprintf(gdl, sizeof(gdl), "  grant depth: %u", o.grant_depth);
+	if (o.grant_depth || o.remote_inv)
+		snprintf(gdl, sizeof(gdl), "%s%.0u%s",
+			 o.grant_depth ? "  grant depth: " : "", o.grant_depth,
+			 o.remote_inv ? "  remote-inv" : "");
 	if (o.client_spin) {
 		snprintf(spinl, sizeof(spinl), "%s us%s", o.client_spin,
 			 o.client_spin == o.client_spin_buf
@@ -949,10 +959,12 @@ int cmd_load(int argc, char **argv)
 		 ",\"clients\":%u,\"threads\":%u,\"server_threads\":%u,"
 		 "\"server_wait\":\"%s\",\"rate_per_thread\":%g,"
 		 "\"duration_s\":%u,\"client_spin_us\":\"%s\","
-		 "\"server_nodes\":\"%s\",\"grant_depth\":%u",
+		 "\"server_nodes\":\"%s\",\"grant_depth\":%u,"
+		 "\"remote_inv\":%s",
 		 o.clients, o.threads, o.sthreads,
 		 o.server_sleep ? "sleep" : "spin", o.rate, o.duration_s, spinl,
-		 o.server_node_per_thread ? "thread" : "shared", o.grant_depth);
+		 o.server_node_per_thread ? "thread" : "shared", o.grant_depth,
+		 o.remote_inv ? "true" : "false");
 	r.json_extra = json_extra;
 	r.size = o.size;
 	r.transfers = o.k;

@@ -55,6 +55,7 @@ struct load_opts {
 	const char *client_spin;
 	bool server_node_per_thread; /* --server-nodes thread */
 	unsigned grant_depth;	     /* --grant-depth; 0: the library's */
+	bool remote_inv;	     /* --remote-inv: TF_SESSION_REMOTE_INV */
 	char client_spin_buf[16];
 };
 

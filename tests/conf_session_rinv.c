@@ -23,6 +23,7 @@
  *  5. A client that asked and then sends a plain empty SEND on the QP
  *     instead: the server's session breaks (the receive took the wrong
  *     form), its window is revoked all the same, nothing leaks.
+ *  6. As 2, five sessions, with a pre-shared key (the flags are sealed).
  *
  * Skipped where the server cannot agree: no memory windows, or no
  * SEND_WITH_INV (siw).
@@ -31,6 +32,7 @@
 
 #define LEN 4096
 #define N   50
+#define PSK "conf_session_rinv key"
 
 enum { ST_OPEN = 1, ST_DONE };
 
@@ -73,15 +75,13 @@ static tf_node_stats_t stats(tf_node_t *node)
 	return st;
 }
 
-static void server(struct tf_pair *p, tf_node_t *node, tf_listener_t *l)
+/* 2, server: @n sessions that the client writes into and closes. */
+static void server_round(tf_node_t *node, tf_listener_t *l, uint64_t n)
 {
-	uint64_t n = n_sessions(p);
-	tf_node_stats_t st0, st;
+	tf_node_stats_t st0 = stats(node), st;
 	tf_session_t *s;
 	uint8_t *a;
 
-	/* 2. */
-	st0 = stats(node);
 	for (uint64_t i = 0; i < n; i++) {
 		s = serve_exposed(l, 0, &a);
 		CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
@@ -89,8 +89,9 @@ static void server(struct tf_pair *p, tf_node_t *node, tf_listener_t *l)
 		tf_session_close(s);
 	}
 	st = stats(node);
-	tf_test_info("server: %llu windows revoked by the client's "
+	tf_test_info("server%s: %llu windows revoked by the client's "
 		     "SEND_WITH_INV, %llu by the server after missing it",
+		     st.auth ? " (pre-shared key)" : "",
 		     (unsigned long long)(st.remote_inv - st0.remote_inv),
 		     (unsigned long long)(st.remote_inv_missed -
 					  st0.remote_inv_missed));
@@ -99,6 +100,44 @@ static void server(struct tf_pair *p, tf_node_t *node, tf_listener_t *l)
 	      n);
 	CHECK(st.remote_inv > st0.remote_inv);
 	CHECK(st.windows_live == 0);
+}
+
+/* 2, client: @n sessions, each writing a pattern into the server's
+ * exposure 0; the last one's key in @old. */
+static void client_round(tf_node_t *node, uint16_t port, uint64_t n,
+			 tf_exposure_info_t *old)
+{
+	tf_node_stats_t st0 = stats(node), st;
+	tf_session_t *s;
+	uint8_t *m;
+	int b;
+
+	for (uint64_t i = 0; i < n; i++) {
+		s = rinv_connect(node, port);
+		CHECK_OK(tf_session_rent(s, LEN, &b, (void **)&m));
+		if (i == 0) {
+			CHECK(tf_session_send(s, b, 0, 8, 1) == -EPERM);
+			CHECK(tf_session_send_imm(s, b, 0, 8, 5, 1) == -EPERM);
+			CHECK(tf_session_write_imm(s, b, 0, 0, 0, 8, 5, 1) ==
+			      -EPERM);
+		}
+		tf_test_fill(m, LEN, 100 + (uint32_t)i);
+		CHECK_OK(tf_session_write(s, b, 0, 0, 0, LEN, 2));
+		st_expect(s, 2, TF_WC_SUCCESS, NULL);
+		CHECK_OK(tf_session_peer_exposure(s, 0, old));
+		tf_session_close(s);
+	}
+	st = stats(node);
+	CHECK(st.remote_inv - st0.remote_inv == n);
+}
+
+static void server(struct tf_pair *p, tf_node_t *node, tf_listener_t *l)
+{
+	tf_node_stats_t st0, st;
+	tf_session_t *s;
+	uint8_t *a;
+
+	server_round(node, l, n_sessions(p));
 
 	/* 3: the client writes with the last key, then closes. */
 	s = serve_exposed(l, 7, &a);
@@ -136,32 +175,12 @@ static void server(struct tf_pair *p, tf_node_t *node, tf_listener_t *l)
 
 static void client(struct tf_pair *p, tf_node_t *node, uint16_t port)
 {
-	uint64_t n = n_sessions(p);
 	tf_exposure_info_t old;
 	tf_node_stats_t st0, st;
 	tf_session_t *s;
-	uint8_t *m;
-	int b;
 
 	/* 1 and 2. */
-	st0 = stats(node);
-	for (uint64_t i = 0; i < n; i++) {
-		s = rinv_connect(node, port);
-		CHECK_OK(tf_session_rent(s, LEN, &b, (void **)&m));
-		if (i == 0) {
-			CHECK(tf_session_send(s, b, 0, 8, 1) == -EPERM);
-			CHECK(tf_session_send_imm(s, b, 0, 8, 5, 1) == -EPERM);
-			CHECK(tf_session_write_imm(s, b, 0, 0, 0, 8, 5, 1) ==
-			      -EPERM);
-		}
-		tf_test_fill(m, LEN, 100 + (uint32_t)i);
-		CHECK_OK(tf_session_write(s, b, 0, 0, 0, LEN, 2));
-		st_expect(s, 2, TF_WC_SUCCESS, NULL);
-		CHECK_OK(tf_session_peer_exposure(s, 0, &old));
-		tf_session_close(s);
-	}
-	st = stats(node);
-	CHECK(st.remote_inv - st0.remote_inv == n);
+	client_round(node, port, n_sessions(p), &old);
 
 	/* 3: the old key, on the QP that it was bound to if the server
 	 * kept the connection (else on a new one: refused all the same). */
@@ -250,6 +269,26 @@ int main(void)
 		tf_listener_destroy(l);
 	} else {
 		client(&p, node, (uint16_t)tf_test_recv_u64(&p));
+	}
+	tf_test_sync(&p);
+	st = stats(node);
+	CHECK(st.windows_live == 0 && st.slices_rented == 0);
+	tf_node_destroy(node);
+
+	/* 6. With a pre-shared key (the flags travel sealed): the first
+	 * session on the socket, the next ones on the control QP. */
+	node = st_node(&p, 1, PSK, sizeof(PSK) - 1);
+	if (p.side == TF_SIDE_B) {
+		tf_listener_t *l;
+
+		CHECK_OK(st_listen(node, &l));
+		tf_test_send_u64(&p, tf_listener_port(l));
+		server_round(node, l, 5);
+		tf_listener_destroy(l);
+	} else {
+		tf_exposure_info_t old;
+
+		client_round(node, (uint16_t)tf_test_recv_u64(&p), 5, &old);
 	}
 	tf_test_sync(&p);
 	st = stats(node);

@@ -317,7 +317,22 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 			    caps.provider);
 		node->use_mw = false;
 	}
+	/* The soft provider checks that a SEND_WITH_INV's key is a window
+	 * bound to the QP it arrived on; rdma_rxe (Linux 6.1) does not, so
+	 * there a client that guessed another session's key could revoke
+	 * that window early: the server agrees where it is asked to. */
 	node->rinv = node->use_mw && (caps.flags & TF_CAP_SEND_WITH_INV);
+	if (!strcmp(cfg->session_remote_inv, "auto")) {
+		node->rinv = node->rinv && !strcmp(caps.provider, "soft");
+	} else if (!strcmp(cfg->session_remote_inv, "n")) {
+		node->rinv = false;
+	} else if (strcmp(cfg->session_remote_inv, "y")) {
+		tf_log_error(S,
+			     "TOLLFREE_SESSION_REMOTE_INV=%s: not auto, y or n",
+			     cfg->session_remote_inv);
+		ret = -EINVAL;
+		goto err_free;
+	}
 
 	ret = tf_pd_create(ctx, &node->pd);
 	if (ret)

@@ -190,6 +190,12 @@
 	   "QP is a device command: TF_CAP_CONNECT_CMD) or n.  Off by "        \
 	   "default: under rxe it helped in one guest and hurt across two "    \
 	   "(tollfree(7)).  An invalid value makes node creation fail")        \
+	XX(session, REMOTE_INV, session_remote_inv, STR, "auto",               \
+	   "Sessions: a server agrees to a client's TF_SESSION_REMOTE_INV "    \
+	   "(the client's SEND_WITH_INV revokes the server's window): y, n, "  \
+	   "or auto (where the provider invalidates a window remotely only "   \
+	   "through the QP it is bound to: soft; rdma_rxe does not check "     \
+	   "the QP).  An invalid value makes node creation fail")              \
 	XX(session, QP_CACHE, session_qp_cache, UINT, "16",                    \
 	   "Sessions: idle connections (QP + socket) kept for reuse; 0: none") \
 	XX(session, MW, session_mw, BOOL, "y",                                 \

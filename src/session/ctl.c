@@ -45,7 +45,7 @@
 
 #define S TF_SESS_SUBSYS
 
-static uint8_t *slot_addr(struct tf_ctl *k, unsigned slot)
+static uint8_t *slot_addr(const struct tf_ctl *k, unsigned slot)
 {
 	return k->buf + (size_t)slot * TF_CTL_SLOT;
 }
@@ -374,9 +374,8 @@ unsigned tf__ctl_send_room(struct tf_conn *c)
 	return TF_CTL_SEND - (unsigned)(k->sent - k->send_done);
 }
 
-/* Check a received control message and copy it into @rx. */
-static int decode(const struct tf_ctl *k, const struct tf_wc *wc,
-		  struct tf_wire_rx *rx)
+int tf__ctl_decode(const struct tf_ctl *k, unsigned slot,
+		   const struct tf_wc *wc, struct tf_wire_rx *rx)
 {
 	const uint8_t *p;
 
@@ -391,7 +390,7 @@ static int decode(const struct tf_ctl *k, const struct tf_wc *wc,
 			    wc->byte_len);
 		return -TF_EWIRE;
 	}
-	p = k->buf + wc->wr_id * TF_CTL_SLOT;
+	p = slot_addr(k, slot);
 	tf__wire_rx_reset(rx);
 	if (tf__wire_hdr_decode(p, &rx->h))
 		return -TF_EWIRE;
@@ -425,7 +424,7 @@ int tf__ctl_next(struct tf_conn *c, struct tf_wire_rx *rx)
 	wc = k->backlog[k->bl_head];
 	k->bl_head = (k->bl_head + 1) % TF_CTL_RECV;
 	k->n_backlog--;
-	ret = decode(k, &wc, rx);
+	ret = tf__ctl_decode(k, (unsigned)wc.wr_id, &wc, rx);
 	if (ret)
 		return ret;
 	/* The bytes were copied out: the slot takes the next message. */

@@ -46,7 +46,11 @@ static void stash_push(struct tf_session *s, const struct tf_wc *wc)
  */
 static void rinv_done(struct tf_session *s, const struct tf_wc *wc)
 {
+	struct tf_conn *c = s->c;
+	struct tf_wire_rx rx;
+
 	if (wc->opcode != TF_WC_RECV) {
+		c->rinv_busy = false;
 		if (wc->status != TF_WC_SUCCESS &&
 		    wc->status != TF_WC_WR_FLUSH_ERR)
 			tf_log_warn(S, "remote invalidation failed: %s",
@@ -57,10 +61,20 @@ static void rinv_done(struct tf_session *s, const struct tf_wc *wc)
 	    wc->status == TF_WC_WR_FLUSH_ERR)
 		return;
 	if (wc->status == TF_WC_SUCCESS && (wc->flags & TF_WC_WITH_INV) &&
-	    s->n_exps && wc->invalidated_rkey == s->exps[0].info.rkey &&
-	    !wc->byte_len) {
+	    s->n_exps && wc->invalidated_rkey == s->exps[0].info.rkey) {
+		/* The window is revoked, whatever else came with it. */
 		s->rinv_done = true;
-		return;
+		if (!wc->byte_len)
+			return;
+		/* The client's CLOSE, sealed on the data channel where
+		 * there is a key; nothing else travels there. */
+		if (c->ctl.ready &&
+		    !tf__ctl_decode(&c->ctl, TF_CTL_RINV, wc, &rx) &&
+		    !tf__conn_open_rx(c, TF_WIRE_CH_DATA, &rx) &&
+		    rx.h.op == TF_WIRE_CLOSE && !rx.h.size) {
+			s->peer_closed = true;
+			return;
+		}
 	}
 	tf_log_warn(S,
 		    "peer's remote invalidation took the wrong form (%s, "
@@ -68,7 +82,8 @@ static void rinv_done(struct tf_session *s, const struct tf_wc *wc)
 		    tf_wc_status_str(wc->status), wc->byte_len,
 		    (wc->flags & TF_WC_WITH_INV) ? "invalidated" : "no",
 		    wc->invalidated_rkey);
-	s->rinv = false;
+	if (!s->rinv_done)
+		s->rinv = false;
 	tf__sess_set_broken(s, -TF_EWIRE);
 }
 

@@ -649,9 +649,11 @@ int tf_session_write_imm(tf_session_t *s, int buf, size_t loff, int exp,
 	struct tf_send_wr wr = {.opcode = TF_WR_RDMA_WRITE_WITH_IMM,
 				.imm_data = imm};
 
+	if (!s)
+		return -EINVAL;
 	/* It takes a receive at the peer, which holds one for the remote
 	 * invalidation only. */
-	if (s && s->rinv_asked && !s->server)
+	if (s->rinv_asked && !s->server)
 		return -EPERM;
 	return rdma(s, &wr, &sge, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff,
 		    len, wr_id);

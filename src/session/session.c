@@ -233,25 +233,23 @@ static int send_exposures(struct tf_session *s)
 /*
  * Server: agree to the client's remote invalidation of exposure 0 (a
  * window) if it asked and this node can, by posting the receive its
- * SEND_WITH_INV takes (empty: such a SEND carries nothing).  Posted before
- * the ACCEPT leaves; whether it was.
+ * SEND_WITH_INV takes: with room for the client's CLOSE where the
+ * connection has a control QP (in that QP's buffer, slot TF_CTL_RINV,
+ * free: the last session's receive completed, or that connection was not
+ * kept), else empty.  Posted before the ACCEPT leaves; whether it was.
  */
 static bool rinv_offer(struct tf_session *s)
 {
 	struct tf_ctl *k = &s->c->ctl;
-	struct tf_sge sge = {
-		.addr = (uintptr_t)(k->buf + (size_t)TF_CTL_RINV * TF_CTL_SLOT),
-		.length = TF_CTL_SLOT,
-		.lkey = k->lkey};
+	struct tf_sge sge = {.length = TF_CTL_SLOT, .lkey = k->lkey};
 	struct tf_recv_wr wr = {.wr_id = WR_ID(WR_INT, RINV_SLOT)};
 
 	if (!s->rinv_asked || !s->node->rinv || !s->n_exps || !s->exps[0].mw ||
 	    !s->exps[0].live || s->granted)
 		return false;
-	/* With a control QP, room for the client's CLOSE in the SEND (its
-	 * slot is free: the last session's receive completed, or that
-	 * connection was not kept). */
 	if (k->ready) {
+		sge.addr =
+			(uintptr_t)(k->buf + (size_t)TF_CTL_RINV * TF_CTL_SLOT);
 		wr.sg_list = &sge;
 		wr.num_sge = 1;
 	}
@@ -811,29 +809,31 @@ int tf_session_revoke(tf_session_t *s)
 }
 
 /*
- * Client: the empty SEND_WITH_INV of the server's exposure 0, after all
- * this session's data on its QP.  Nobody waits for its completion (a
- * later session's reap, or the QP's end, takes it).  0 or -errno.
+ * Client: the SEND_WITH_INV of the server's exposure 0, after all this
+ * session's data on its QP, carrying @m (the CLOSE, from the control QP's
+ * slot TF_CTL_RINV, rinv_close_inline) or nothing.  Nobody waits for its
+ * completion (a later session's reap, or the QP's end, takes it).  0 or
+ * -errno.
  */
 static int rinv_send(struct tf_session *s, const struct tf_wire_msg *m)
 {
 	struct tf_conn *c = s->c;
-	struct tf_sge sge = {
-		.addr = (uintptr_t)(c->ctl.buf +
-				    (size_t)TF_CTL_RINV * TF_CTL_SLOT),
-		.length = m ? (uint32_t)m->len : 0,
-		.lkey = c->ctl.lkey};
+	struct tf_sge sge = {.lkey = c->ctl.lkey};
 	struct tf_send_wr wr = {.wr_id = WR_ID(WR_INT, RINV_SLOT),
 				.sg_list = &sge,
-				.num_sge = m ? 1 : 0,
 				.opcode = TF_WR_SEND_WITH_INV,
 				.send_flags = TF_SEND_SIGNALED,
 				.invalidate_rkey = s->peer[0].rkey};
 	int ret;
 
-	if (m)
-		memcpy(c->ctl.buf + (size_t)TF_CTL_RINV * TF_CTL_SLOT, m->buf,
-		       m->len);
+	if (m) {
+		uint8_t *slot = c->ctl.buf + (size_t)TF_CTL_RINV * TF_CTL_SLOT;
+
+		memcpy(slot, m->buf, m->len);
+		sge.addr = (uintptr_t)slot;
+		sge.length = (uint32_t)m->len;
+		wr.num_sge = 1;
+	}
 	ret = tf_post_send(c->qp, &wr, NULL);
 	if (ret) {
 		tf_log_warn(S, "remote invalidation: %s", tf_strerror(ret));

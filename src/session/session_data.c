@@ -37,14 +37,16 @@ static void stash_push(struct tf_session *s, const struct tf_wc *wc)
 }
 
 /*
- * A remote invalidation's completion (RINV_SLOT).  Client: its
+ * A remote invalidation's completion (RINV_SLOT), once a session: out of
+ * tf__sess_reap's line (its message buffer is 4 KiB).  Client: its
  * SEND_WITH_INV, possibly a session or more after the one that closed
  * (nobody waits for it): only a failure is worth a word, and the QP's
  * error says the rest.  Server: the receive it took, which must carry
- * exposure 0's key; anything else is the client's error, and the window
- * is then revoked as usual (tf_session_revoke).
+ * exposure 0's key and nothing or exactly the client's CLOSE; anything
+ * else is the client's error, and a window it did not revoke is then
+ * revoked as usual (tf_session_revoke).
  */
-static void rinv_done(struct tf_session *s, const struct tf_wc *wc)
+TF__COLD static void rinv_done(struct tf_session *s, const struct tf_wc *wc)
 {
 	struct tf_conn *c = s->c;
 	struct tf_wire_rx rx;

@@ -22,8 +22,11 @@
 
 #include "config_int.h"
 
-#define TF__LIKELY(_x)	   __builtin_expect(!!(_x), 1)
-#define TF__UNLIKELY(_x)   __builtin_expect(!!(_x), 0)
+#define TF__LIKELY(_x)	 __builtin_expect(!!(_x), 1)
+#define TF__UNLIKELY(_x) __builtin_expect(!!(_x), 0)
+/* Rare work called from a hot path: kept out of line, so that its locals
+ * do not grow the caller's frame. */
+#define TF__COLD	   __attribute__((cold, noinline))
 #define TF__ARRAY_SIZE(_a) (sizeof(_a) / sizeof((_a)[0]))
 #define TF__CACHELINE	   64
 /* Hot-path thread-locals: initial-exec avoids a __tls_get_addr call per

@@ -248,13 +248,6 @@ next:
 	return 0;
 }
 
-/* TF_SESSION_REMOTE_INV asked in @params. */
-static bool want_rinv(const tf_session_params_t *params)
-{
-	return params && (params->field_mask & TF_SESSION_PARAM_FLAGS) &&
-	       (params->flags & TF_SESSION_REMOTE_INV);
-}
-
 /* The fields of an OPEN after its connection id: the client's QP and
  * control QP (a new connection; empty on a kept one) and the private
  * data.  They travel in the HELLO without a key, in the sealed OPEN with
@@ -276,7 +269,10 @@ static void put_open(struct tf_wire_msg *m, const tf_session_params_t *params,
 	tf__wire_put_bytes(m, ctl, ctl_len);
 	tf__wire_put_u32(m, grant);
 	/* A grant's OPEN is not answered: nobody could agree. */
-	tf__wire_put_u8(m, want_rinv(params) && !grant ? TF_WIRE_OPEN_RINV : 0);
+	tf__wire_put_u8(m,
+			tf__sess_flag(params, TF_SESSION_REMOTE_INV) && !grant
+				? TF_WIRE_OPEN_RINV
+				: 0);
 }
 
 static int send_open(struct tf_session *s, const tf_session_params_t *params,
@@ -426,7 +422,7 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 	}
 	s->reused = true;
 	s->qctl = c->ctl.ready;
-	s->rinv_asked = want_rinv(params);
+	s->rinv_asked = tf__sess_flag(params, TF_SESSION_REMOTE_INV);
 	ret = s->qctl ? take_aside(c) : 0;
 	if (!ret && c->n_grants) {
 		ret = open_granted(s, params);
@@ -597,7 +593,7 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	ret = tf__sess_new(node, c, false, &s);
 	if (ret)
 		goto err_conn;
-	s->rinv_asked = want_rinv(params);
+	s->rinv_asked = tf__sess_flag(params, TF_SESSION_REMOTE_INV);
 	ret = client_accept(s, false);
 	if (ret) {
 		s->broken = true;
@@ -617,9 +613,7 @@ err_conn:
 int tf_session_connect(tf_node_t *node, const char *host, uint16_t port,
 		       const tf_session_params_t *params, tf_session_t **s_p)
 {
-	bool no_reuse = params &&
-			(params->field_mask & TF_SESSION_PARAM_FLAGS) &&
-			(params->flags & TF_SESSION_NO_REUSE);
+	bool no_reuse = tf__sess_flag(params, TF_SESSION_NO_REUSE);
 	struct tf_sess_addrs addrs;
 	struct tf_session *s;
 	struct tf_conn *c;

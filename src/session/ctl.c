@@ -45,14 +45,9 @@
 
 #define S TF_SESS_SUBSYS
 
-static uint8_t *slot_addr(const struct tf_ctl *k, unsigned slot)
-{
-	return k->buf + (size_t)slot * TF_CTL_SLOT;
-}
-
 static int post_recv_slot(struct tf_ctl *k, unsigned slot)
 {
-	struct tf_sge sge = {.addr = (uintptr_t)slot_addr(k, slot),
+	struct tf_sge sge = {.addr = (uintptr_t)tf__ctl_slot(k, slot),
 			     .length = TF_CTL_SLOT,
 			     .lkey = k->lkey};
 	struct tf_recv_wr wr = {.wr_id = slot, .sg_list = &sge, .num_sge = 1};
@@ -352,8 +347,8 @@ int tf__ctl_send(struct tf_conn *c, const struct tf_wire_msg *m, int timeout_ms)
 			return ret;
 	}
 	slot = TF_CTL_RECV + (unsigned)(k->sent % TF_CTL_SEND);
-	memcpy(slot_addr(k, slot), m->buf, m->len);
-	sge.addr = (uintptr_t)slot_addr(k, slot);
+	memcpy(tf__ctl_slot(k, slot), m->buf, m->len);
+	sge.addr = (uintptr_t)tf__ctl_slot(k, slot);
 	sge.length = (uint32_t)m->len;
 	sge.lkey = k->lkey;
 	wr.wr_id = slot;
@@ -390,7 +385,7 @@ int tf__ctl_decode(const struct tf_ctl *k, unsigned slot,
 			    wc->byte_len);
 		return -TF_EWIRE;
 	}
-	p = slot_addr(k, slot);
+	p = tf__ctl_slot(k, slot);
 	tf__wire_rx_reset(rx);
 	if (tf__wire_hdr_decode(p, &rx->h))
 		return -TF_EWIRE;

@@ -805,8 +805,7 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 	c->hs = TF_CONN_BUSY;
 	c->l = l;
 	l->refs++;
-	if (!(params && (params->field_mask & TF_SESSION_PARAM_FLAGS) &&
-	      (params->flags & TF_SESSION_DEFER_ESTABLISH))) {
+	if (!tf__sess_flag(params, TF_SESSION_DEFER_ESTABLISH)) {
 		ret = tf_session_establish(s);
 		if (ret) {
 			tf_session_close(s);

@@ -248,8 +248,7 @@ static bool rinv_offer(struct tf_session *s)
 	    !s->exps[0].live || s->granted)
 		return false;
 	if (k->ready) {
-		sge.addr =
-			(uintptr_t)(k->buf + (size_t)TF_CTL_RINV * TF_CTL_SLOT);
+		sge.addr = (uintptr_t)tf__ctl_slot(k, TF_CTL_RINV);
 		wr.sg_list = &sge;
 		wr.num_sge = 1;
 	}
@@ -827,7 +826,7 @@ static int rinv_send(struct tf_session *s, const struct tf_wire_msg *m)
 	int ret;
 
 	if (m) {
-		uint8_t *slot = c->ctl.buf + (size_t)TF_CTL_RINV * TF_CTL_SLOT;
+		uint8_t *slot = tf__ctl_slot(&c->ctl, TF_CTL_RINV);
 
 		memcpy(slot, m->buf, m->len);
 		sge.addr = (uintptr_t)slot;

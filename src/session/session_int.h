@@ -526,6 +526,21 @@ void tf__node_keep(struct tf_node *node, struct tf_conn *c);
 int tf__sess_ctl_send(struct tf_session *s, struct tf_wire_msg *m,
 		      int timeout_ms);
 /* The channel a session's control messages use. */
+/* Whether @params (may be NULL) sets session flag @flag. */
+static inline bool tf__sess_flag(const tf_session_params_t *params,
+				 unsigned flag)
+{
+	return params && (params->field_mask & TF_SESSION_PARAM_FLAGS) &&
+	       (params->flags & flag);
+}
+
+/* Slot @slot of a control QP's registered buffer (ctl.c; TF_CTL_RINV is
+ * the data QP's). */
+static inline uint8_t *tf__ctl_slot(const struct tf_ctl *k, unsigned slot)
+{
+	return k->buf + (size_t)slot * TF_CTL_SLOT;
+}
+
 static inline unsigned tf__sess_channel(const struct tf_session *s)
 {
 	return s->qctl ? TF_WIRE_CH_CTL : TF_WIRE_CH_SOCK;

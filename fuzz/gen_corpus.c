@@ -199,12 +199,6 @@ static void gen_sealed(const uint8_t *blob, size_t blob_len)
 	       add_sealed(&s, k, TF_WIRE_CH_CTL, false, &m, 0); expose(&m, 1);
 	       add_sealed(&s, k, TF_WIRE_CH_CTL, false, &m, 0); msg_close(&m);
 	       add_sealed(&s, k, TF_WIRE_CH_SOCK, false, &m, 0));
-	/* The client's CLOSE in its SEND_WITH_INV, on the data channel
-	 * (TF_SESSION_REMOTE_INV), between the control QP's messages. */
-	SEALED("sealed-close-data", 0, 0, msg_close(&m);
-	       add_sealed(&s, k, TF_WIRE_CH_CTL, false, &m, 0); msg_close(&m);
-	       add_sealed(&s, k, TF_WIRE_CH_DATA, false, &m, 0); msg_close(&m);
-	       add_sealed(&s, k, TF_WIRE_CH_CTL, false, &m, 0));
 	/* The same message twice: the copy must not open. */
 	SEALED("sealed-replay", 0, 0, msg_close(&m);
 	       add_sealed(&s, k, TF_WIRE_CH_SOCK, false, &m, 0);

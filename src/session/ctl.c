@@ -369,8 +369,9 @@ unsigned tf__ctl_send_room(struct tf_conn *c)
 	return TF_CTL_SEND - (unsigned)(k->sent - k->send_done);
 }
 
-int tf__ctl_decode(const struct tf_ctl *k, unsigned slot,
-		   const struct tf_wc *wc, struct tf_wire_rx *rx)
+/* Check a received control message and copy it into @rx. */
+static int decode(const struct tf_ctl *k, const struct tf_wc *wc,
+		  struct tf_wire_rx *rx)
 {
 	const uint8_t *p;
 
@@ -385,7 +386,7 @@ int tf__ctl_decode(const struct tf_ctl *k, unsigned slot,
 			    wc->byte_len);
 		return -TF_EWIRE;
 	}
-	p = tf__ctl_slot(k, slot);
+	p = tf__ctl_slot(k, (unsigned)wc->wr_id);
 	tf__wire_rx_reset(rx);
 	if (tf__wire_hdr_decode(p, &rx->h))
 		return -TF_EWIRE;
@@ -419,7 +420,7 @@ int tf__ctl_next(struct tf_conn *c, struct tf_wire_rx *rx)
 	wc = k->backlog[k->bl_head];
 	k->bl_head = (k->bl_head + 1) % TF_CTL_RECV;
 	k->n_backlog--;
-	ret = tf__ctl_decode(k, (unsigned)wc.wr_id, &wc, rx);
+	ret = decode(k, &wc, rx);
 	if (ret)
 		return ret;
 	/* The bytes were copied out: the slot takes the next message. */

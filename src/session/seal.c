@@ -316,15 +316,10 @@ void tf__keys_free(struct tf_sess_keys *k)
 	tf__free(k);
 }
 
-/* The IV with the channel and the sequence number mixed into its last 8
- * bytes: the channel in the top two bits (channel 1 in bit 63, channel 2
- * in bit 62, as the two channels before channel 2 had), the sequence in
- * the 62 below, which no connection reaches. */
 static void gcm_nonce(const uint8_t iv[TF_WIRE_IV], unsigned ch, uint64_t seq,
 		      uint8_t out[TF_WIRE_IV])
 {
-	uint64_t v = ((uint64_t)(ch & 1) << 63) | ((uint64_t)(ch >> 1) << 62) |
-		     (seq & ((1ull << 62) - 1));
+	uint64_t v = ((uint64_t)ch << 63) | seq;
 
 	memcpy(out, iv, TF_WIRE_IV);
 	for (int i = 0; i < 8; i++)

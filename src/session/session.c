@@ -141,10 +141,6 @@ void tf__sess_ctrl_step(struct tf_session *s)
 {
 	struct tf_conn *c = s->c;
 
-	/* The client's CLOSE may come in its SEND_WITH_INV, on the CQ. */
-	if (s->server && s->rinv && !s->rinv_done && !s->peer_closed &&
-	    tf__sess_reap(s, NULL, 0) < 0)
-		tf__sess_set_broken(s, -TF_EQPERR);
 	while (!s->broken && !s->peer_closed && !s->deferred) {
 		struct tf_wire_exposures x;
 		int ret = s->qctl ? tf__ctl_next(c, &c->rx)
@@ -232,26 +228,16 @@ static int send_exposures(struct tf_session *s)
 
 /*
  * Server: agree to the client's remote invalidation of exposure 0 (a
- * window) if it asked and this node can, by posting the receive its
- * SEND_WITH_INV takes: with room for the client's CLOSE where the
- * connection has a control QP (in that QP's buffer, slot TF_CTL_RINV,
- * free: the last session's receive completed, or that connection was not
- * kept), else empty.  Posted before the ACCEPT leaves; whether it was.
+ * window) if it asked and this node can, by posting the empty receive its
+ * SEND_WITH_INV takes.  Posted before the ACCEPT leaves; whether it was.
  */
 static bool rinv_offer(struct tf_session *s)
 {
-	struct tf_ctl *k = &s->c->ctl;
-	struct tf_sge sge = {.length = TF_CTL_SLOT, .lkey = k->lkey};
 	struct tf_recv_wr wr = {.wr_id = WR_ID(WR_INT, RINV_SLOT)};
 
 	if (!s->rinv_asked || !s->node->rinv || !s->n_exps || !s->exps[0].mw ||
 	    !s->exps[0].live || s->granted)
 		return false;
-	if (k->ready) {
-		sge.addr = (uintptr_t)tf__ctl_slot(k, TF_CTL_RINV);
-		wr.sg_list = &sge;
-		wr.num_sge = 1;
-	}
 	if (tf_post_recv(s->c->qp, &wr, NULL))
 		return false;
 	s->rinv = true;
@@ -808,53 +794,25 @@ int tf_session_revoke(tf_session_t *s)
 }
 
 /*
- * Client: the SEND_WITH_INV of the server's exposure 0, after all this
- * session's data on its QP, carrying @m (the CLOSE, from the control QP's
- * slot TF_CTL_RINV, rinv_close_inline) or nothing.  Nobody waits for its
- * completion (a later session's reap, or the QP's end, takes it).  0 or
- * -errno.
+ * Client: the empty SEND_WITH_INV of the server's exposure 0, after all
+ * this session's data on its QP, ahead of its CLOSE on the session's
+ * channel (one channel, so that the server reads the CLOSE before the
+ * next session's OPEN).  Nobody waits for its completion (a later
+ * session's reap, or the QP's end, takes it).  0 or -errno.
  */
-static int rinv_send(struct tf_session *s, const struct tf_wire_msg *m)
+static int rinv_send(struct tf_session *s)
 {
-	struct tf_conn *c = s->c;
-	struct tf_sge sge = {.lkey = c->ctl.lkey};
 	struct tf_send_wr wr = {.wr_id = WR_ID(WR_INT, RINV_SLOT),
-				.sg_list = &sge,
 				.opcode = TF_WR_SEND_WITH_INV,
 				.send_flags = TF_SEND_SIGNALED,
 				.invalidate_rkey = s->peer[0].rkey};
-	int ret;
+	int ret = tf_post_send(s->c->qp, &wr, NULL);
 
-	if (m) {
-		uint8_t *slot = tf__ctl_slot(&c->ctl, TF_CTL_RINV);
-
-		memcpy(slot, m->buf, m->len);
-		sge.addr = (uintptr_t)slot;
-		sge.length = (uint32_t)m->len;
-		wr.num_sge = 1;
-	}
-	ret = tf_post_send(c->qp, &wr, NULL);
-	if (ret) {
+	if (ret)
 		tf_log_warn(S, "remote invalidation: %s", tf_strerror(ret));
-		return ret;
-	}
-	if (m)
-		c->rinv_busy = true;
-	STAT(s->node, remote_inv);
-	return 0;
-}
-
-/*
- * Client: whether the CLOSE may travel in the SEND_WITH_INV, on the data
- * QP, instead of after it on the control QP: only on a kept connection's
- * control QP (the server's receive then has room for it, in its slot),
- * with that slot free here, and with nothing else of this session's still
- * on the control QP (no EXPOSE): the server reads the CLOSE before what
- * the control QP still holds, and the next session would find that.
- */
-static bool rinv_close_inline(const struct tf_session *s)
-{
-	return s->qctl && s->c->ctl.ready && !s->c->rinv_busy && !s->n_exps;
+	else
+		STAT(s->node, remote_inv);
+	return ret;
 }
 
 /* Wait for the caller's outstanding send work to complete. */
@@ -955,19 +913,9 @@ void tf_session_close(tf_session_t *s)
 		/* A connection that ends with the session closes its socket
 		 * below: a CLOSE sent there leaves with the FIN. */
 		c->fin_next = !keep;
-		if (rinv && rinv_close_inline(s)) {
-			/* One message: the CLOSE, sealed on its own channel
-			 * where there is a key, in the SEND_WITH_INV. */
-			if (tf__wire_finish(&m) ||
-			    (c->keys && tf__wire_seal(c->keys, TF_WIRE_CH_DATA,
-						      &m, NULL)) ||
-			    rinv_send(s, &m))
-				tf__sess_set_broken(s, -EPIPE);
-		} else if ((rinv && rinv_send(s, NULL)) ||
-			   tf__wire_finish(&m) ||
-			   tf__sess_ctl_send(s, &m, node->timeout_ms)) {
+		if ((rinv && rinv_send(s)) || tf__wire_finish(&m) ||
+		    tf__sess_ctl_send(s, &m, node->timeout_ms))
 			tf__sess_set_broken(s, -EPIPE);
-		}
 		c->fin_next = false;
 	}
 	keep = keep && !c->broken && !s->n_stash &&

@@ -38,7 +38,7 @@ static void stash_push(struct tf_session *s, const struct tf_wc *wc)
 
 /*
  * A remote invalidation's completion (RINV_SLOT), once a session: out of
- * tf__sess_reap's line (its message buffer is 4 KiB).  Client: its
+ * tf__sess_reap's line.  Client: its
  * SEND_WITH_INV, possibly a session or more after the one that closed
  * (nobody waits for it): only a failure is worth a word, and the QP's
  * error says the rest.  Server: the receive it took, which must carry
@@ -48,11 +48,7 @@ static void stash_push(struct tf_session *s, const struct tf_wc *wc)
  */
 TF__COLD static void rinv_done(struct tf_session *s, const struct tf_wc *wc)
 {
-	struct tf_conn *c = s->c;
-	struct tf_wire_rx rx;
-
 	if (wc->opcode != TF_WC_RECV) {
-		c->rinv_busy = false;
 		if (wc->status != TF_WC_SUCCESS &&
 		    wc->status != TF_WC_WR_FLUSH_ERR)
 			tf_log_warn(S, "remote invalidation failed: %s",
@@ -63,20 +59,10 @@ TF__COLD static void rinv_done(struct tf_session *s, const struct tf_wc *wc)
 	    wc->status == TF_WC_WR_FLUSH_ERR)
 		return;
 	if (wc->status == TF_WC_SUCCESS && (wc->flags & TF_WC_WITH_INV) &&
-	    s->n_exps && wc->invalidated_rkey == s->exps[0].info.rkey) {
-		/* The window is revoked, whatever else came with it. */
+	    s->n_exps && wc->invalidated_rkey == s->exps[0].info.rkey &&
+	    !wc->byte_len) {
 		s->rinv_done = true;
-		if (!wc->byte_len)
-			return;
-		/* The client's CLOSE, sealed on the data channel where
-		 * there is a key; nothing else travels there. */
-		if (c->ctl.ready &&
-		    !tf__ctl_decode(&c->ctl, TF_CTL_RINV, wc, &rx) &&
-		    !tf__conn_open_rx(c, TF_WIRE_CH_DATA, &rx) &&
-		    rx.h.op == TF_WIRE_CLOSE && !rx.h.size) {
-			s->peer_closed = true;
-			return;
-		}
+		return;
 	}
 	tf_log_warn(S,
 		    "peer's remote invalidation took the wrong form (%s, "
@@ -84,8 +70,7 @@ TF__COLD static void rinv_done(struct tf_session *s, const struct tf_wc *wc)
 		    tf_wc_status_str(wc->status), wc->byte_len,
 		    (wc->flags & TF_WC_WITH_INV) ? "invalidated" : "no",
 		    wc->invalidated_rkey);
-	if (!s->rinv_done)
-		s->rinv = false;
+	s->rinv = false;
 	tf__sess_set_broken(s, -TF_EWIRE);
 }
 

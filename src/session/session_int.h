@@ -53,11 +53,8 @@
 
 #define TF_CTL_RECV (TF_SESSION_MAX_EXPOSURES + 8)
 #define TF_CTL_SEND 8
-/* One more slot, for the data QP (TF_SESSION_REMOTE_INV): the server's
- * receive of the client's SEND_WITH_INV, the client's CLOSE in it. */
-#define TF_CTL_RINV (TF_CTL_RECV + TF_CTL_SEND)
 /* Bytes of a control QP's registered slots. */
-#define TF_CTL_BYTES ((size_t)(TF_CTL_RINV + 1) * TF_CTL_SLOT)
+#define TF_CTL_BYTES ((size_t)(TF_CTL_RECV + TF_CTL_SEND) * TF_CTL_SLOT)
 /* Queue depths of the stock's QPs (stock.c), the default of connect and
  * accept: a connection that asks for no deeper queues takes from it. */
 #define TF_STOCK_DEPTH 256u
@@ -116,11 +113,8 @@ struct tf_conn {
 	tf_cq_t *cq;
 	uint32_t id; /* server-assigned; "reuse QP n" names it */
 	uint32_t send_depth, recv_depth;
-	bool broken;  /* never reuse */
-	bool no_keep; /* TF_SESSION_NO_REUSE: destroy at close */
-	/* Client: its control QP's TF_CTL_RINV slot holds a CLOSE that a
-	 * SEND_WITH_INV on the data QP may still be reading. */
-	bool rinv_busy;
+	bool broken;	  /* never reuse */
+	bool no_keep;	  /* TF_SESSION_NO_REUSE: destroy at close */
 	bool stock_shape; /* QP and CQ of the stock's depths (recyclable) */
 	bool fin_next;	  /* the next socket send is the last: with the FIN */
 	bool addr_sent;	  /* server: its QPs went ahead in an ADDR */
@@ -534,8 +528,7 @@ static inline bool tf__sess_flag(const tf_session_params_t *params,
 	       (params->flags & flag);
 }
 
-/* Slot @slot of a control QP's registered buffer (ctl.c; TF_CTL_RINV is
- * the data QP's). */
+/* Slot @slot of a control QP's registered buffer (ctl.c). */
 static inline uint8_t *tf__ctl_slot(const struct tf_ctl *k, unsigned slot)
 {
 	return k->buf + (size_t)slot * TF_CTL_SLOT;
@@ -606,10 +599,6 @@ unsigned tf__ctl_send_room(struct tf_conn *c);
 void tf__ctl_flush(struct tf_conn *c, int timeout_ms);
 /* The next control message into @rx: 1, 0 if none yet, or -errno. */
 int tf__ctl_next(struct tf_conn *c, struct tf_wire_rx *rx);
-/* Check the message that completion @wc received into slot @slot of @k
- * and copy it into @rx: 0, -TF_EWIRE or -TF_EQPERR. */
-int tf__ctl_decode(const struct tf_ctl *k, unsigned slot,
-		   const struct tf_wc *wc, struct tf_wire_rx *rx);
 /* As tf__ctl_next, waiting up to @timeout_ms (> 0); -ETIMEDOUT, or
  * -ECONNRESET when the socket reports the peer's end. */
 int tf__ctl_wait(struct tf_conn *c, struct tf_wire_rx *rx, int timeout_ms);

@@ -106,18 +106,13 @@
  * receive at the server (no SEND, SEND_WITH_IMM or WRITE_WITH_IMM) may
  * set TF_WIRE_OPEN_RINV.  A server whose exposure 0 is a window on a
  * device with SEND_WITH_INV then posts one receive of its own (no buffer)
- * on the session's QP before its ACCEPT (with room for one control message
- * where the connection has a control QP), and says so with
+ * on the session's QP before its ACCEPT, and says so with
  * TF_WIRE_ACCEPT_RINV.  The client's close then posts, on that QP after
- * all its data, a SEND_WITH_INV naming exposure 0's key, without waiting:
- * on a kept connection's control QP, where this session sent nothing else
- * there (no EXPOSE), the SEND carries the CLOSE itself (sealed on its own
- * channel, TF_WIRE_CH_DATA, where there is a key); otherwise it is empty
- * and the CLOSE follows on the session's channel.  The server's device
- * revokes the window as the SEND arrives, and the receive's completion
- * (with the invalidated key, which must be exposure 0's, and no bytes or
- * exactly one CLOSE) tells the server, which then skips its own
- * invalidation.  A server that must
+ * all its data, an empty SEND_WITH_INV naming exposure 0's key, and then
+ * sends its CLOSE (on whichever channel) without waiting: the server's
+ * device revokes the window as the SEND arrives, and the receive's
+ * completion (with the invalidated key, which must be exposure 0's) tells
+ * the server, which then skips its own invalidation.  A server that must
  * revoke before that completion came (it closes first, or the client
  * never sends it) invalidates the window itself and ends the connection:
  * its receive is still posted, and a SEND_WITH_INV arriving for a window
@@ -157,13 +152,10 @@
 #define TF_WIRE_HASH	 32 /* SHA-256 of the transcript */
 #define TF_WIRE_TAG	 16 /* AES-256-GCM tag of a sealed body */
 #define TF_WIRE_IV	 12
-/* Ordered channels of a connection, each with its own sequence numbers:
- * the socket, the control QP, and the data QP (only the client's CLOSE
- * in its SEND_WITH_INV, TF_SESSION_REMOTE_INV). */
+/* Ordered channels of a connection, each with its own sequence numbers. */
 #define TF_WIRE_CH_SOCK	      0
 #define TF_WIRE_CH_CTL	      1
-#define TF_WIRE_CH_DATA	      2
-#define TF_WIRE_CHANNELS      3
+#define TF_WIRE_CHANNELS      2
 #define TF_WIRE_MAX_PRIV      1024
 #define TF_WIRE_MAX_EXPOSE    64
 #define TF_WIRE_EXPOSURE_SIZE 24 /* u64 addr, u64 len, u32 rkey, u32 rights */

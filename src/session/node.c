@@ -219,12 +219,32 @@ static int source_from_config(struct tf_node *node, const char *v)
 	return 0;
 }
 
+/* A TOLLFREE_SESSION_@name setting of auto, y or n into *@out: @if_auto
+ * or @if_y, or false.  0, or -EINVAL for another value. */
+static int auto_yn(const char *name, const char *v, bool if_auto, bool if_y,
+		   bool *out)
+{
+	if (!strcmp(v, "auto"))
+		*out = if_auto;
+	else if (!strcmp(v, "y"))
+		*out = if_y;
+	else if (!strcmp(v, "n"))
+		*out = false;
+	else {
+		tf_log_error(S, "TOLLFREE_SESSION_%s=%s: not auto, y or n",
+			     name, v);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 		   tf_node_t **node_p)
 {
 	const struct tf_config *cfg;
 	struct tf_node *node;
 	tf_caps_t caps;
+	bool can;
 	size_t max_slice;
 	uint64_t fm = params ? params->field_mask : 0;
 	int ret;
@@ -297,19 +317,13 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 	node->fence = !(caps.flags & TF_CAP_REMOTE_ACK);
 	node->use_mw = (fm & TF_NODE_PARAM_USE_MW) ? params->use_mw != 0
 						   : cfg->session_mw;
-	if (!strcmp(cfg->session_early_addr, "auto")) {
-		node->early_addr = caps.flags & TF_CAP_CONNECT_CMD;
-	} else if (!strcmp(cfg->session_early_addr, "y")) {
-		/* Through rdma_cm both sides connect in one exchange of
-		 * the CM's, which the server starts. */
-		node->early_addr = !(caps.flags & TF_CAP_RDMA_CM);
-	} else if (strcmp(cfg->session_early_addr, "n")) {
-		tf_log_error(S,
-			     "TOLLFREE_SESSION_EARLY_ADDR=%s: not auto, y or n",
-			     cfg->session_early_addr);
-		ret = -EINVAL;
+	/* y: except through rdma_cm, where both sides connect in one
+	 * exchange of the CM's, which the server starts. */
+	ret = auto_yn("EARLY_ADDR", cfg->session_early_addr,
+		      caps.flags & TF_CAP_CONNECT_CMD,
+		      !(caps.flags & TF_CAP_RDMA_CM), &node->early_addr);
+	if (ret)
 		goto err_free;
-	}
 	if (node->use_mw && !(caps.flags & TF_CAP_MW_TYPE2)) {
 		tf_log_info(S,
 			    "provider %s has no type-2 memory windows: "
@@ -321,18 +335,11 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 	 * bound to the QP it arrived on; rdma_rxe (Linux 6.1) does not, so
 	 * there a client that guessed another session's key could revoke
 	 * that window early: the server agrees where it is asked to. */
-	node->rinv = node->use_mw && (caps.flags & TF_CAP_SEND_WITH_INV);
-	if (!strcmp(cfg->session_remote_inv, "auto")) {
-		node->rinv = node->rinv && !strcmp(caps.provider, "soft");
-	} else if (!strcmp(cfg->session_remote_inv, "n")) {
-		node->rinv = false;
-	} else if (strcmp(cfg->session_remote_inv, "y")) {
-		tf_log_error(S,
-			     "TOLLFREE_SESSION_REMOTE_INV=%s: not auto, y or n",
-			     cfg->session_remote_inv);
-		ret = -EINVAL;
+	can = node->use_mw && (caps.flags & TF_CAP_SEND_WITH_INV);
+	ret = auto_yn("REMOTE_INV", cfg->session_remote_inv,
+		      can && !strcmp(caps.provider, "soft"), can, &node->rinv);
+	if (ret)
 		goto err_free;
-	}
 
 	ret = tf_pd_create(ctx, &node->pd);
 	if (ret)

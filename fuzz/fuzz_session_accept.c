@@ -20,6 +20,11 @@
  *    valid ones; then its plain body) bound to the transcript, as
  *    connect.c does with OPEN.  The fuzzer so reaches the parser of the
  *    sealed OPEN and what follows it.  Otherwise the rest goes as it is.
+ *    A first message that is a HELLO asking for an early OPEN (wire
+ *    version 7) has its time set to now, and the rest is sealed under
+ *    the early key as the OPEN behind it, in the same write: the server's
+ *    CHALLENGE must prove the key over both, and if it took the OPEN,
+ *    what follows opens with the connection's keys.
  *
  * What the server sends back is checked too: whole messages of the
  * protocol; after a sealed OPEN, each opens with the client's keys (the
@@ -49,6 +54,7 @@
 #include <unistd.h>
 
 #include "fuzz_common.h"
+#include "util.h"
 #include "wire_int.h"
 
 #define FUZZ_KEY "fuzz key"
@@ -57,6 +63,8 @@ static tf_context_t *ctx;
 static tf_node_t *node[2];
 static tf_listener_t *lis[2];
 static uint16_t port[2];
+/* The early key of FUZZ_KEY (seal.c), made once. */
+static struct tf_early_key *early_key;
 
 static void die(const char *what, int err)
 {
@@ -101,6 +109,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	ret = tf_context_open(&cp, &ctx);
 	if (ret)
 		die("tf_context_open", ret);
+	ret = tf__early_key_new((const uint8_t *)FUZZ_KEY, sizeof(FUZZ_KEY) - 1,
+				&early_key);
+	if (ret)
+		die("tf__early_key_new", ret);
 	for (int i = 0; i < 2; i++) {
 		tf_node_params_t np = {
 			.field_mask =
@@ -232,6 +244,7 @@ struct client {
 	struct tf_sess_keys *keys;
 	struct tf_transcript *ts;
 	uint8_t th[TF_WIRE_HASH]; /* what the server's answer is bound to */
+	uint8_t nonce_c[TF_WIRE_NONCE]; /* an early OPEN's HELLO's */
 };
 
 /*
@@ -263,7 +276,11 @@ static bool client_seal(const uint8_t *hello, size_t hello_len,
 	FUZZ_CHECK(tf__transcript_new(&cl->ts) == 0);
 	FUZZ_CHECK(tf__transcript_add(cl->ts, hello, hello_len) == 0);
 	FUZZ_CHECK(tf__transcript_add(cl->ts, rx->hdr, rx->h.hdr_size) == 0);
-	FUZZ_CHECK(tf__transcript_add(cl->ts, ch.nonce, TF_WIRE_NONCE) == 0);
+	/* Nonce and flags: the CHALLENGE up to its proof.  No early OPEN
+	 * went (the harness sends none), so none was taken. */
+	FUZZ_CHECK(!ch.early);
+	FUZZ_CHECK(tf__transcript_add(cl->ts, rx->body,
+				      (size_t)(ch.mac - rx->body)) == 0);
 	FUZZ_CHECK(tf__transcript_hash(cl->ts, th) == 0);
 	FUZZ_CHECK(tf__proof_make(fin, th, want) == 0);
 	/* The server proves the key this client has. */
@@ -291,6 +308,107 @@ out:
 	tf__keys_free(cl->keys);
 	cl->keys = NULL;
 	return false;
+}
+
+/*
+ * With a key, a first message that is a HELLO asking for an early OPEN:
+ * play the client.  Its time (@hello, @hello_len: a copy the harness may
+ * change) is set to now, so that the server's window does not refuse
+ * every input; the rest of the input is sealed under the early key as
+ * the OPEN behind it (byte 0: its op, as in client_seal) and both go in
+ * one write.  The server answers with a CHALLENGE (whose proof then
+ * covers both, and which says whether it took the OPEN) or, if the OPEN
+ * does not open, with a plain REJECT.  Returns the bytes to send in @m
+ * (HELLO then OPEN), and keeps the transcript in @cl.
+ */
+static void early_seal(uint8_t *hello, size_t hello_len, const uint8_t *rest,
+		       size_t rest_len, struct client *cl,
+		       struct tf_wire_msg *m)
+{
+	static struct tf_wire_msg open;
+	static struct tf_wire_rx rx;
+	struct tf_wire_hello hl;
+	struct tf_sess_keys *ek;
+	uint8_t th[TF_WIRE_HASH];
+	uint64_t now = tf__realtime_ns();
+	unsigned op;
+	size_t body;
+
+	/* The time: the last 8 bytes of the HELLO's first fields. */
+	FUZZ_CHECK(tf__wire_hdr_decode(hello, &rx.h) == 0);
+	memcpy(rx.hdr, hello, rx.h.hdr_size);
+	memcpy(rx.body, hello + rx.h.hdr_size, rx.h.size);
+	FUZZ_CHECK(tf__wire_parse_hello(&rx, &hl) == 0 && hl.early);
+	for (int i = 0; i < 8; i++)
+		hello[rx.h.hdr_size + TF_WIRE_NONCE + 1 + i] =
+			(uint8_t)(now >> (56 - 8 * i));
+	memcpy(cl->nonce_c, hl.nonce, TF_WIRE_NONCE);
+	FUZZ_CHECK(tf__transcript_new(&cl->ts) == 0);
+	FUZZ_CHECK(tf__transcript_add(cl->ts, hello, hello_len) == 0);
+	op = rest_len ? (uint8_t)(rest[0] - 1) % TF_WIRE_OP_MAX + 1
+		      : TF_WIRE_OPEN;
+	tf__wire_init(&open, (enum tf_wire_op)op);
+	body = rest_len ? rest_len - 1 : 0;
+	if (body > TF_WIRE_MAX_BODY - TF_WIRE_TAG)
+		body = TF_WIRE_MAX_BODY - TF_WIRE_TAG;
+	if (body)
+		tf__wire_put_bytes(&open, rest + 1, body);
+	FUZZ_CHECK(tf__wire_finish(&open) == 0);
+	FUZZ_CHECK(tf__keys_early(early_key, hello + rx.h.hdr_size, false,
+				  &ek) == 0);
+	FUZZ_CHECK(tf__transcript_hash(cl->ts, th) == 0);
+	FUZZ_CHECK(tf__wire_seal(ek, TF_WIRE_CH_SOCK, &open, th) == 0);
+	tf__keys_free(ek);
+	FUZZ_CHECK(tf__transcript_add_msg(cl->ts, &open) == 0);
+	FUZZ_CHECK(hello_len + open.len <= sizeof(m->buf));
+	memcpy(m->buf, hello, hello_len);
+	memcpy(m->buf + hello_len, open.buf, open.len);
+	m->len = hello_len + open.len;
+}
+
+/* The server's first answer to an early OPEN (@r): a plain REJECT, or a
+ * CHALLENGE proving the key over HELLO and OPEN; if it took the OPEN,
+ * the keys for what follows go into @cl.  False: nothing more to check. */
+static bool early_answer(struct reply *r, struct client *cl, bool opened)
+{
+	static struct tf_wire_rx rx;
+	uint8_t fin[TF_WIRE_MAC], th[TF_WIRE_HASH], want[TF_WIRE_MAC];
+	struct tf_wire_challenge ch;
+	struct tf_wire_reject rej;
+	struct tf_sess_keys *k;
+
+	if (!next_msg(r, &rx)) {
+		FUZZ_CHECK(!opened);
+		return false;
+	}
+	if (rx.h.op == TF_WIRE_REJECT) {
+		/* Before any key: the OPEN did not open, or was not one. */
+		FUZZ_CHECK(!opened && !(rx.h.flags & TF_WIRE_F_SEALED));
+		FUZZ_CHECK(tf__wire_parse_reject(&rx, &rej) == 0);
+		FUZZ_CHECK(r->off == r->len);
+		return false;
+	}
+	FUZZ_CHECK(tf__wire_parse_challenge(&rx, &ch) == 0);
+	FUZZ_CHECK(tf__keys_derive((const uint8_t *)FUZZ_KEY,
+				   sizeof(FUZZ_KEY) - 1, cl->nonce_c, ch.nonce,
+				   false, fin, &k) == 0);
+	FUZZ_CHECK(tf__transcript_add(cl->ts, rx.hdr, rx.h.hdr_size) == 0);
+	FUZZ_CHECK(tf__transcript_add(cl->ts, rx.body,
+				      (size_t)(ch.mac - rx.body)) == 0);
+	FUZZ_CHECK(tf__transcript_hash(cl->ts, th) == 0);
+	FUZZ_CHECK(tf__proof_make(fin, th, want) == 0);
+	FUZZ_CHECK(tf__proof_equal(ch.mac, want));
+	FUZZ_CHECK(tf__transcript_add(cl->ts, ch.mac, TF_WIRE_MAC) == 0);
+	if (!ch.early) {
+		/* Not taken: the server waits for the OPEN again, which
+		 * this client does not send. */
+		tf__keys_free(k);
+		FUZZ_CHECK(!opened && r->off == r->len);
+		return false;
+	}
+	cl->keys = k;
+	FUZZ_CHECK(tf__transcript_hash(cl->ts, cl->th) == 0);
+	return true;
 }
 
 /* Check what the server sent after the client's last message: opened
@@ -382,8 +500,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* With a key: the first message alone, if it is all there, and the
 	 * server's answer to it. */
 	if (i && size >= TF_WIRE_HDR_SIZE) {
+		static struct tf_wire_rx hrx;
+		static uint8_t hello[TF_WIRE_MAX_HDR + TF_WIRE_MAX_BODY];
+		struct tf_wire_hello hl;
 		struct tf_wire_hdr h;
 
+		if (!tf__wire_hdr_decode(data, &hrx.h) &&
+		    (size_t)hrx.h.hdr_size + hrx.h.size <= size) {
+			memcpy(hrx.hdr, data, hrx.h.hdr_size);
+			memcpy(hrx.body, data + hrx.h.hdr_size, hrx.h.size);
+		}
+		/* An early OPEN's HELLO: the harness seals the rest behind
+		 * it, and checks the server's answers to both. */
+		if (hrx.h.op == TF_WIRE_HELLO &&
+		    (size_t)hrx.h.hdr_size + hrx.h.size <= size &&
+		    !tf__wire_hdr_decode(data, &h) &&
+		    !tf__wire_parse_hello(&hrx, &hl) && hl.early) {
+			first = (size_t)hrx.h.hdr_size + hrx.h.size;
+			memcpy(hello, data, first);
+			early_seal(hello, first, data + first, size - first,
+				   &cl, &m);
+			send_all(fd, m.buf, m.len);
+			shutdown(fd, SHUT_WR);
+			serve(i, fd, &r, false, &opened);
+			if (early_answer(&r, &cl, opened))
+				check_reply(&r, &cl, opened);
+			goto done;
+		}
 		if (!tf__wire_hdr_decode(data, &h) &&
 		    (size_t)h.hdr_size + h.size <= size) {
 			first = (size_t)h.hdr_size + h.size;
@@ -406,6 +549,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	shutdown(fd, SHUT_WR);
 	serve(i, fd, &r, false, &opened);
 	check_reply(&r, &cl, opened);
+done:
 	close(fd);
 	tf__keys_free(cl.keys);
 	tf__transcript_free(cl.ts);

@@ -172,7 +172,15 @@ static int parse_all(const struct tf_wire_rx *rx)
 		FUZZ_CHECK(hello.nonce == rx->body);
 		tf__wire_init(&m, TF_WIRE_HELLO);
 		tf__wire_put_bytes(&m, hello.nonce, TF_WIRE_NONCE);
-		tf__wire_put_u8(&m, hello.auth ? TF_WIRE_HELLO_AUTH : 0);
+		tf__wire_put_u8(
+			&m, (hello.auth ? TF_WIRE_HELLO_AUTH : 0) |
+				    (hello.early ? TF_WIRE_HELLO_EARLY : 0));
+		/* An early OPEN's HELLO: only with a key, and its time. */
+		FUZZ_CHECK(!hello.early || hello.auth);
+		if (hello.early)
+			tf__wire_put_u64(&m, hello.sent_ns);
+		else
+			FUZZ_CHECK(!hello.sent_ns);
 		/* With a key, the QPs wait for the sealed OPEN. */
 		if (hello.auth) {
 			FUZZ_CHECK(!hello.open.blob && !hello.open.priv &&
@@ -195,6 +203,7 @@ static int parse_all(const struct tf_wire_rx *rx)
 		FUZZ_CHECK(in_body(rx, ch.mac, TF_WIRE_MAC));
 		tf__wire_init(&m, TF_WIRE_CHALLENGE);
 		tf__wire_put_bytes(&m, ch.nonce, TF_WIRE_NONCE);
+		tf__wire_put_u8(&m, ch.early ? TF_WIRE_CHALLENGE_EARLY : 0);
 		tf__wire_put_bytes(&m, ch.mac, TF_WIRE_MAC);
 		check_prefix(rx, &m);
 	}

@@ -254,6 +254,15 @@ static void gen_wire(const uint8_t *blob, size_t blob_len)
 	    put_open(&m, blob, blob_len, NULL, blob, blob_len));
 	MSG("challenge", 3, 0, tf__wire_init(&m, TF_WIRE_CHALLENGE);
 	    tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+	    tf__wire_put_u8(&m, 0); tf__wire_put_bytes(&m, mac, sizeof(mac)));
+	/* An early OPEN's HELLO (its time), and the CHALLENGE taking it. */
+	MSG("hello-early", 0, 0, tf__wire_init(&m, TF_WIRE_HELLO);
+	    tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+	    tf__wire_put_u8(&m, TF_WIRE_HELLO_AUTH | TF_WIRE_HELLO_EARLY);
+	    tf__wire_put_u64(&m, 1764806400000000000ull));
+	MSG("challenge-early", 0, 0, tf__wire_init(&m, TF_WIRE_CHALLENGE);
+	    tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+	    tf__wire_put_u8(&m, TF_WIRE_CHALLENGE_EARLY);
 	    tf__wire_put_bytes(&m, mac, sizeof(mac)));
 	/* OPEN of a new connection (the plain text of the sealed one) and
 	 * of a kept one (its id, no blobs). */
@@ -377,6 +386,22 @@ static void accept_hello(struct stream *s, bool auth, const uint8_t *blob,
 	add_msg(s, &m);
 }
 
+/* A HELLO that asks for an early OPEN (the harness seals what follows
+ * under the early key and sets the time), nonce @fill. */
+static void accept_hello_early(struct stream *s, uint8_t fill)
+{
+	uint8_t nonce[TF_WIRE_NONCE];
+	struct tf_wire_msg m;
+
+	memset(nonce, fill, sizeof(nonce));
+	tf__wire_init(&m, TF_WIRE_HELLO);
+	tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+	tf__wire_put_u8(&m, TF_WIRE_HELLO_AUTH | TF_WIRE_HELLO_EARLY);
+	tf__wire_put_u64(&m, 0);
+	tf__wire_finish(&m);
+	add_msg(s, &m);
+}
+
 /* With a key, what follows the HELLO is the plain text of the message
  * the harness seals: its op byte, then its body. */
 static void accept_sealed(struct stream *s, enum tf_wire_op op, uint32_t reuse,
@@ -436,6 +461,21 @@ static void gen_accept(const uint8_t *blob, size_t blob_len)
 	s.len = 0;
 	accept_hello(&s, false, blob, blob_len, false);
 	accept_seed("keyed-hello-nokey", 1, &s);
+	/* With a key, the early OPEN (ACCEPT in one round trip, then a
+	 * replay's CHALLENGE), a kept connection's OPEN in it (REJECT), and
+	 * a HELLO in its place. */
+	s.len = 0;
+	accept_hello_early(&s, 0x4d);
+	accept_sealed(&s, TF_WIRE_OPEN, 0, blob, blob_len);
+	accept_seed("keyed-early-open", 1, &s);
+	s.len = 0;
+	accept_hello_early(&s, 0x4e);
+	accept_sealed(&s, TF_WIRE_OPEN, 5, NULL, 0);
+	accept_seed("keyed-early-open-kept", 1, &s);
+	s.len = 0;
+	accept_hello_early(&s, 0x4f);
+	accept_sealed(&s, TF_WIRE_HELLO, 0, blob, blob_len);
+	accept_seed("keyed-early-hello", 1, &s);
 }
 
 /* ---------------------------------------------------------------- tcp */

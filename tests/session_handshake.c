@@ -178,7 +178,7 @@ static void client(struct tf_pair *p)
 		CHECK_OK(tf__wire_send(fd, &m, 1000));
 		CHECK(tf__wire_recv(fd, &rx, 4 * tf_test_timeout_ms()) == 1);
 		CHECK(rx.h.op == TF_WIRE_CHALLENGE &&
-		      rx.h.size == TF_WIRE_NONCE + TF_WIRE_MAC);
+		      rx.h.size == TF_WIRE_NONCE + 1 + TF_WIRE_MAC);
 		tf__wire_rx_reset(&rx);
 		tf__wire_init(&m, TF_WIRE_OPEN);
 		memset(b, 0, sizeof(b));

@@ -12,15 +12,20 @@
  *      works; the recorded bytes hold neither the exposure's key nor its
  *      address, and every message after the CHALLENGE is sealed.
  *   2. replay: the recorded client bytes are sent again to the server on
- *      a new connection: the server answers the HELLO with a fresh
- *      challenge and refuses the replayed OPEN, with no ACCEPT.
+ *      a new connection: the server answers the HELLO (and its early
+ *      OPEN, which it does not take: its nonce was seen) with a fresh
+ *      challenge and refuses what follows, with no ACCEPT.
  *   3. tamper OPEN: the relay flips one byte of the client's OPEN (once
  *      in its header, once in its body): no ACCEPT, the client's connect
  *      fails, the server counts an authentication failure.
  *   4. tamper CHALLENGE: the relay flips a byte of the server's nonce:
- *      the client refuses the server's proof and sends no OPEN (no QP
- *      address) at all.
- * The server accepts exactly the sessions of the untampered tries.
+ *      the client refuses the server's proof and sends nothing more (no
+ *      OPEN at all in the classic exchange, only its sealed early OPEN
+ *      with one).
+ * The server accepts exactly the sessions of the untampered tries, and
+ * with early OPENs (TOLLFREE_SESSION_PSK_EARLY_WINDOW_MS, on by default;
+ * the test also runs with it 0) that of try 4, whose client left.  Stats
+ * say which exchange ran.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -170,6 +175,13 @@ static void relay_join(struct relay *r)
 	close(r->lfd);
 }
 
+/* The length of the recorded message at @p, header included. */
+static size_t msg_len(const uint8_t *p)
+{
+	return TF_WIRE_HDR_SIZE + ((size_t)p[12] << 24 | (size_t)p[13] << 16 |
+				   (size_t)p[14] << 8 | p[15]);
+}
+
 /* The ops of the messages recorded in @d, in order, into @ops. */
 static unsigned rec_ops(const struct dir *d, uint8_t *ops, uint16_t *flags,
 			unsigned max)
@@ -228,6 +240,7 @@ static void client(struct tf_pair *p)
 	tf_session_t *s;
 	uint8_t ops[16] = {0}, pat[8];
 	uint16_t flags[16] = {0};
+	bool early;
 	unsigned n;
 	int ret;
 
@@ -256,23 +269,42 @@ static void client(struct tf_pair *p)
 	n = rec_ops(&r.c2s, ops, flags, 16);
 	CHECK(n >= 2 && ops[0] == TF_WIRE_HELLO && ops[1] == TF_WIRE_OPEN &&
 	      (flags[1] & TF_WIRE_F_SEALED));
+	/* An early OPEN (the HELLO says so) was taken: the CHALLENGE says
+	 * so, and the client counted it. */
+	CHECK_OK(tf_node_query_stats(node, &st));
+	early = st.psk_early == 1;
+	CHECKF(st.psk_early_refused == 0 &&
+		       !!(r.c2s.rec[TF_WIRE_HDR_SIZE + TF_WIRE_NONCE] &
+			  TF_WIRE_HELLO_EARLY) == early &&
+		       r.s2c.rec[TF_WIRE_HDR_SIZE + TF_WIRE_NONCE] ==
+			       (early ? TF_WIRE_CHALLENGE_EARLY : 0),
+	       "early OPEN: %llu taken, %llu not",
+	       (unsigned long long)st.psk_early,
+	       (unsigned long long)st.psk_early_refused);
+	tf_test_info("%s exchange", early ? "early OPEN" : "classic");
 	/* Neither the key nor the address of the exposure is readable. */
 	be(pat, info.rkey, 4);
 	CHECK(!contains(r.s2c.rec, r.s2c.len, pat, 4));
 	be(pat, info.addr, 8);
 	CHECK(!contains(r.s2c.rec, r.s2c.len, pat, 8));
 
-	/* 2. Replay the client's bytes of try 1 on a new connection. */
+	/* 2. Replay the client's bytes of try 1 on a new connection: its
+	 * HELLO (with its early OPEN if it sent one), then the rest. */
 	{
 		int fd = dial(port);
 		struct tf_wire_rx rx = {0};
-		size_t hello = TF_WIRE_HDR_SIZE + TF_WIRE_NONCE + 1;
+		size_t hello = msg_len(r.c2s.rec);
 
+		if (early)
+			hello += msg_len(r.c2s.rec + hello);
 		CHECK(send(fd, r.c2s.rec, hello, MSG_NOSIGNAL) ==
 		      (ssize_t)hello);
 		CHECK(tf__wire_recv(fd, &rx, 4 * tf_test_timeout_ms()) == 1);
-		CHECK(rx.h.op == TF_WIRE_CHALLENGE);
-		/* A fresh nonce: not the one of try 1. */
+		/* A fresh nonce: not the one of try 1; and the replayed
+		 * early OPEN not taken. */
+		CHECK(rx.h.op == TF_WIRE_CHALLENGE &&
+		      rx.h.size == TF_WIRE_NONCE + 1 + TF_WIRE_MAC &&
+		      rx.body[TF_WIRE_NONCE] == 0);
 		CHECK(memcmp(rx.body, r.s2c.rec + TF_WIRE_HDR_SIZE,
 			     TF_WIRE_NONCE));
 		tf__wire_rx_reset(&rx);
@@ -290,7 +322,8 @@ static void client(struct tf_pair *p)
 
 	/* 3. Flip a byte of the OPEN: in its header (its size field's low
 	 * byte would break the framing; the reserved field), then in the
-	 * middle of its sealed body (the client's QP address). */
+	 * middle of its sealed body (the client's QP address).  The early
+	 * OPEN fails to open as the classic one does. */
 	for (int t = 0; t < 2; t++) {
 		tf_test_tolerate_log(true);
 		relay_start(&r, port, 1, t ? TF_WIRE_HDR_SIZE + 9 : 10, -1, 0);
@@ -314,10 +347,16 @@ static void client(struct tf_pair *p)
 	tf_test_tolerate_log(false);
 	CHECKF(ret == -TF_EAUTH, "tampered CHALLENGE: %s", tf_strerror(ret));
 	n = rec_ops(&r.c2s, ops, flags, 16);
-	CHECKF(n == 1 && ops[0] == TF_WIRE_HELLO,
-	       "client sent %u messages after a bad proof", n);
+	CHECKF(early ? n == 2 && ops[0] == TF_WIRE_HELLO &&
+			       ops[1] == TF_WIRE_OPEN &&
+			       (flags[1] & TF_WIRE_F_SEALED)
+		     : n == 1 && ops[0] == TF_WIRE_HELLO,
+	       "client sent %u messages around a bad proof", n);
+	/* The bad proof; with early OPENs also the server's refusals of
+	 * the two tampered ones, which came before any proof. */
 	CHECK_OK(tf_node_query_stats(node, &st));
-	CHECK(st.auth_failures == 1);
+	CHECKF(st.auth_failures == (early ? 3 : 1), "%llu auth failures",
+	       (unsigned long long)st.auth_failures);
 
 	/* 5. A direct session still works; then the server stops. */
 	CHECK_OK(tf_session_connect(node, "127.0.0.1", port, NULL, &s));
@@ -366,14 +405,32 @@ static void server(struct tf_pair *p)
 	tf_test_tolerate_log(false);
 	CHECK(tf_test_recv_u64(p) == 1);
 	CHECK_OK(tf_node_query_stats(node, &st));
-	tf_test_info("server: %d sessions, %llu auth failures, %llu rejects",
+	tf_test_info("server: %d sessions, %llu auth failures, %llu rejects, "
+		     "early OPENs %llu taken and %llu not",
 		     accepted, (unsigned long long)st.auth_failures,
-		     (unsigned long long)st.handshake_rejects);
-	/* Try 1 and try 5 only. */
-	CHECKF(accepted == 2, "%d sessions accepted", accepted);
-	/* Replay, two tampered OPENs, and the client that left. */
-	CHECKF(st.auth_failures == 4, "%llu auth failures",
-	       (unsigned long long)st.auth_failures);
+		     (unsigned long long)st.handshake_rejects,
+		     (unsigned long long)st.psk_early,
+		     (unsigned long long)st.psk_early_refused);
+	if (st.psk_early) {
+		/* Tries 1 and 5, and 4 if the server's application got it
+		 * before its client's end was seen (its client left at the
+		 * bad proof; with early addresses the server is still
+		 * connecting then). */
+		CHECKF(accepted == 2 || accepted == 3, "%d sessions accepted",
+		       accepted);
+		/* The replay's early OPEN was seen before. */
+		CHECK(st.psk_early == 3 && st.psk_early_refused == 1);
+		/* Replay and two tampered OPENs. */
+		CHECKF(st.auth_failures == 3, "%llu auth failures",
+		       (unsigned long long)st.auth_failures);
+	} else {
+		/* Try 1 and try 5 only. */
+		CHECKF(accepted == 2, "%d sessions accepted", accepted);
+		CHECK(!st.psk_early_refused);
+		/* Replay, two tampered OPENs, and the client that left. */
+		CHECKF(st.auth_failures == 4, "%llu auth failures",
+		       (unsigned long long)st.auth_failures);
+	}
 	tf_listener_destroy(l);
 	tf_node_destroy(node);
 }

@@ -246,6 +246,14 @@ typedef struct tf_node_stats {
 	 * connection. */
 	uint64_t remote_inv;
 	uint64_t remote_inv_missed;
+	/* Early OPENs, with a pre-shared key (TOLLFREE_SESSION_PSK_EARLY_*):
+	 * server, early OPENs taken (one round trip), and early OPENs that
+	 * opened under the key but got the challenge round trip instead
+	 * (replayed, sent outside the window, or the record full); client,
+	 * connections on which the server took its early OPEN, and on which
+	 * it did not. */
+	uint64_t psk_early;
+	uint64_t psk_early_refused;
 } tf_node_stats_t;
 
 /* tf_node_query_stats - copy the counters (read without a lock).

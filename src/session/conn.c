@@ -167,6 +167,13 @@ int tf__conn_send(struct tf_conn *c, unsigned ch, struct tf_wire_msg *m,
 	}
 	if (ch == TF_WIRE_CH_CTL)
 		return tf__ctl_send(c, m, timeout_ms);
+	if (c->pre_len) {
+		size_t n = c->pre_len;
+
+		c->pre_len = 0;
+		return tf__wire_send_pre(c->fd, c->pre, n, m, timeout_ms,
+					 c->fin_next);
+	}
 	if (c->fin_next)
 		return tf__wire_send_last(c->fd, m, timeout_ms);
 	return tf__wire_send(c->fd, m, timeout_ms);

@@ -295,7 +295,7 @@ static int send_open(struct tf_session *s, const tf_session_params_t *params,
  * keys and check the server's proof before anything else is said (the
  * HELLO already joined the transcript).
  */
-static int client_challenge(struct tf_conn *c)
+static int client_challenge(struct tf_conn *c, bool early, bool *taken_p)
 {
 	struct tf_node *node = c->node;
 	uint8_t fin[TF_WIRE_MAC], th[TF_WIRE_HASH], want[TF_WIRE_MAC];
@@ -308,18 +308,28 @@ static int client_challenge(struct tf_conn *c)
 	if (ret < 0)
 		return ret;
 	ret = server_refused(c);
+	/* The server could not open the early OPEN: the keys differ. */
+	if (ret == -TF_EAUTH)
+		STAT(node, auth_failures);
 	if (ret)
 		return ret;
 	ret = tf__wire_parse_challenge(&c->rx, &ch);
 	if (ret)
 		return ret;
+	if (ch.early && !early) {
+		tf_log_warn(S, "handshake: CHALLENGE takes an early OPEN "
+			       "this side did not send");
+		return -TF_EWIRE;
+	}
 	memcpy(c->nonce_s, ch.nonce, TF_WIRE_NONCE);
 	ret = tf__keys_derive(node->psk, node->psk_len, c->nonce_c, c->nonce_s,
 			      false, fin, &c->keys);
+	/* The CHALLENGE up to its proof: header, nonce and flags. */
 	if (!ret)
 		ret = tf__transcript_add(c->ts, c->rx.hdr, c->rx.h.hdr_size);
 	if (!ret)
-		ret = tf__transcript_add(c->ts, ch.nonce, TF_WIRE_NONCE);
+		ret = tf__transcript_add(c->ts, c->rx.body,
+					 (size_t)(ch.mac - c->rx.body));
 	if (!ret)
 		ret = tf__transcript_hash(c->ts, th);
 	if (!ret)
@@ -339,7 +349,76 @@ static int client_challenge(struct tf_conn *c)
 	}
 	ret = tf__transcript_add(c->ts, ch.mac, TF_WIRE_MAC);
 	tf__wire_rx_reset(&c->rx);
+	if (early && ch.early)
+		STAT(node, psk_early);
+	else if (early)
+		STAT(node, psk_early_refused);
+	*taken_p = ch.early;
 	return ret;
+}
+
+/*
+ * With a key and TOLLFREE_SESSION_PSK_EARLY_WINDOW_MS: the HELLO @m (in
+ * the transcript already) and, behind it in one write, the OPEN @open
+ * sealed with the early keys, its tag covering the HELLO.
+ */
+static int send_early(struct tf_conn *c, const struct tf_wire_msg *m,
+		      struct tf_wire_msg *open)
+{
+	struct tf_node *node = c->node;
+	struct tf_sess_keys *ek = c->keys;
+	int ret;
+
+	memcpy(c->pre, m->buf, m->len);
+	c->pre_len = m->len;
+	c->keys = ek;
+	ret = tf__conn_send(c, TF_WIRE_CH_SOCK, open, node->timeout_ms);
+	c->keys = NULL;
+	c->pre_len = 0;
+	tf__keys_free(ek);
+	return ret;
+}
+
+/* The nonce and early keys of @c's early OPEN (into c->nonce_c and
+ * c->keys): those made ahead if there are (early_make), else new ones. */
+static int early_take(struct tf_conn *c)
+{
+	struct tf_node *node = c->node;
+
+	pthread_mutex_lock(&node->lock);
+	c->keys = node->early_keys;
+	node->early_keys = NULL;
+	if (c->keys)
+		memcpy(c->nonce_c, node->early_nonce, TF_WIRE_NONCE);
+	pthread_mutex_unlock(&node->lock);
+	if (c->keys)
+		return 0;
+	return tf__keys_early(node->early_key, c->nonce_c, false, &c->keys);
+}
+
+/* Make the next early OPEN's nonce and keys while this one waits for the
+ * server (an HMAC and an AES key schedule, cold: a few microseconds). */
+static void early_make(struct tf_node *node)
+{
+	uint8_t nonce[TF_WIRE_NONCE];
+	struct tf_sess_keys *k;
+	bool have;
+
+	pthread_mutex_lock(&node->lock);
+	have = node->early_keys != NULL;
+	pthread_mutex_unlock(&node->lock);
+	if (have || tf__random_buffered(nonce, sizeof(nonce)) ||
+	    tf__keys_early(node->early_key, nonce, false, &k))
+		return;
+	pthread_mutex_lock(&node->lock);
+	if (!node->early_keys) {
+		node->early_keys = k;
+		memcpy(node->early_nonce, nonce, TF_WIRE_NONCE);
+		k = NULL;
+	}
+	pthread_mutex_unlock(&node->lock);
+	tf__keys_free(k);
+	explicit_bzero(nonce, sizeof(nonce));
 }
 
 /*
@@ -522,8 +601,9 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	const struct tf_sess_addr *a;
 	uint8_t blob[TF_QP_ADDR_MAX], ctl[TF_QP_ADDR_MAX];
 	size_t blob_len = sizeof(blob), ctl_len = sizeof(ctl);
-	bool auth = node->psk_len != 0;
-	struct tf_wire_msg m;
+	bool auth = node->psk_len != 0, early = auth && node->psk_early_send;
+	bool taken = false;
+	struct tf_wire_msg m, om;
 	struct tf_session *s;
 	struct tf_conn *c;
 	int fd = -1, i = 0, ret;
@@ -533,7 +613,8 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 		return -ENOMEM;
 	c->hs = TF_CONN_BUSY;
 	c->client = true;
-	ret = tf__random_buffered(c->nonce_c, TF_WIRE_NONCE);
+	ret = early ? early_take(c)
+		    : tf__random_buffered(c->nonce_c, TF_WIRE_NONCE);
 	if (!ret && auth)
 		ret = tf__transcript_new(&c->ts);
 	/* Without a key the HELLO carries the QPs: they are made before the
@@ -541,8 +622,8 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	 * gives a connection TOLLFREE_SESSION_HELLO_TIMEOUT_MS for it, and a
 	 * cold QP on a slow device can take longer).  With a key the HELLO
 	 * goes first, alone, and the QPs are made while the server
-	 * answers. */
-	if (!ret && !auth)
+	 * answers; with an early OPEN, they are in it. */
+	if (!ret && (!auth || early))
 		ret = connect_qps(node, c, params, no_reuse, blob, &blob_len,
 				  ctl, &ctl_len);
 	if (!ret)
@@ -558,19 +639,39 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	if (auth) {
 		tf__wire_init(&m, TF_WIRE_HELLO);
 		tf__wire_put_bytes(&m, c->nonce_c, TF_WIRE_NONCE);
-		tf__wire_put_u8(&m, TF_WIRE_HELLO_AUTH);
+		tf__wire_put_u8(&m, TF_WIRE_HELLO_AUTH |
+					    (early ? TF_WIRE_HELLO_EARLY : 0));
+		if (early)
+			tf__wire_put_u64(&m, tf__realtime_ns());
 		ret = tf__wire_finish(&m);
 		if (!ret)
-			ret = tf__wire_send(fd, &m, node->timeout_ms);
-		if (!ret)
 			ret = tf__transcript_add_msg(c->ts, &m);
+		if (!ret && early) {
+			tf__wire_init(&om, TF_WIRE_OPEN);
+			tf__wire_put_u32(&om, 0);
+			put_open(&om, params, blob, blob_len, ctl, ctl_len, 0);
+			ret = tf__wire_finish(&om);
+			if (!ret)
+				ret = send_early(c, &m, &om);
+			/* The server checks the key and the nonce, and
+			 * makes its answer. */
+			if (!ret && !node->early_addr)
+				tf__stock_refill(node);
+			if (!ret)
+				early_make(node);
+		} else if (!ret) {
+			ret = tf__wire_send(fd, &m, node->timeout_ms);
+			if (!ret)
+				ret = connect_qps(node, c, params, no_reuse,
+						  blob, &blob_len, ctl,
+						  &ctl_len);
+		}
 		if (!ret)
-			ret = connect_qps(node, c, params, no_reuse, blob,
-					  &blob_len, ctl, &ctl_len);
-		if (!ret)
-			ret = client_challenge(c);
+			ret = client_challenge(c, early, &taken);
 		if (ret)
 			goto err_conn;
+		if (taken)
+			goto answer;
 		tf__wire_init(&m, TF_WIRE_OPEN);
 		tf__wire_put_u32(&m, 0);
 	} else {
@@ -588,8 +689,9 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	 * entry, if it is made inline.  Where the server sends its QPs
 	 * ahead, after connecting ours to them instead (client_accept): a
 	 * refill (QP and CQ creation, on a device) would delay that. */
-	if (!node->early_addr)
+	if (!node->early_addr && !early)
 		tf__stock_refill(node);
+answer:
 	ret = tf__sess_new(node, c, false, &s);
 	if (ret)
 		goto err_conn;

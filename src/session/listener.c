@@ -585,6 +585,8 @@ static int server_open_new(struct tf_listener *l, struct tf_conn *c,
 	return 0;
 }
 
+static int server_challenge(struct tf_conn *c, bool early);
+
 /*
  * Serve a HELLO.  Without a key it carries the client's OPEN: the session
  * opens now (*@s_p set).  With one, the server answers with its nonce and
@@ -596,9 +598,7 @@ static int server_hello(struct tf_listener *l, struct tf_conn *c,
 			struct tf_session **s_p)
 {
 	struct tf_node *node = l->node;
-	uint8_t fin[TF_WIRE_MAC], th[TF_WIRE_HASH], prk[32], *mac;
 	struct tf_wire_hello hello;
-	struct tf_wire_msg m;
 	int ret;
 
 	*s_p = NULL;
@@ -616,12 +616,35 @@ static int server_hello(struct tf_listener *l, struct tf_conn *c,
 	memcpy(c->nonce_c, hello.nonce, TF_WIRE_NONCE);
 	if (!node->psk_len)
 		return server_open_new(l, c, &hello.open, params, s_p);
-
 	ret = tf__transcript_new(&c->ts);
 	if (!ret)
 		ret = tf__transcript_add_rx(c->ts, &c->rx);
-	if (!ret)
-		ret = tf__random(c->nonce_s, TF_WIRE_NONCE);
+	if (ret)
+		return ret;
+	/* An early OPEN follows in the same write: nothing is answered
+	 * before it came and opened. */
+	if (hello.early) {
+		c->hello_ns = hello.sent_ns;
+		c->hs = TF_CONN_WAIT_EARLY;
+		return 0;
+	}
+	return server_challenge(c, false);
+}
+
+/*
+ * Answer with this side's nonce and proof of the key, and derive the
+ * connection's keys; the transcript holds what came before.  @early: the
+ * client's early OPEN is taken, and the CHALLENGE is held back to leave
+ * with the answer to it (tf__conn_send), in one write.
+ */
+static int server_challenge(struct tf_conn *c, bool early)
+{
+	struct tf_node *node = c->node;
+	uint8_t fin[TF_WIRE_MAC], th[TF_WIRE_HASH], prk[32], *mac;
+	struct tf_wire_msg m;
+	int ret;
+
+	ret = tf__random_buffered(c->nonce_s, TF_WIRE_NONCE);
 	/* The traffic keys only after the CHALLENGE left: the client
 	 * checks the proof meanwhile. */
 	if (!ret)
@@ -629,10 +652,12 @@ static int server_hello(struct tf_listener *l, struct tf_conn *c,
 					 c->nonce_s, prk, fin);
 	if (ret)
 		goto out;
-	/* The proof covers the transcript up to itself: HELLO, then this
-	 * message's header (its size counts the proof) and nonce. */
+	/* The proof covers the transcript up to itself: HELLO (and an early
+	 * OPEN), then this message's header (its size counts the proof),
+	 * nonce and flags. */
 	tf__wire_init(&m, TF_WIRE_CHALLENGE);
 	tf__wire_put_bytes(&m, c->nonce_s, TF_WIRE_NONCE);
+	tf__wire_put_u8(&m, early ? TF_WIRE_CHALLENGE_EARLY : 0);
 	tf__wire_put_bytes(&m, fin, TF_WIRE_MAC); /* room for the proof */
 	ret = tf__wire_finish(&m);
 	if (ret)
@@ -645,8 +670,12 @@ static int server_hello(struct tf_listener *l, struct tf_conn *c,
 		ret = tf__proof_make(fin, th, mac);
 	if (!ret)
 		ret = tf__transcript_add(c->ts, mac, TF_WIRE_MAC);
-	if (!ret)
+	if (!ret && early && m.len <= sizeof(c->pre)) {
+		memcpy(c->pre, m.buf, m.len);
+		c->pre_len = m.len;
+	} else if (!ret) {
 		ret = tf__wire_send(c->fd, &m, node->timeout_ms);
+	}
 	if (!ret)
 		ret = tf__keys_from_prk(prk, true, &c->keys);
 	c->hs = TF_CONN_WAIT_OPEN;
@@ -655,6 +684,56 @@ out:
 	explicit_bzero(prk, sizeof(prk));
 	explicit_bzero(fin, sizeof(fin));
 	return ret;
+}
+
+/*
+ * The early OPEN behind a HELLO, in c->rx: open it with the early keys
+ * (a failure means the client lacks the key), then take it (*@taken_p)
+ * if its nonce is fresh (replay.c), or answer with the classic CHALLENGE
+ * so that the client sends its OPEN again.  Either way the CHALLENGE
+ * proves this side's key over the HELLO and this OPEN.
+ */
+static int server_early(struct tf_conn *c, bool *taken_p)
+{
+	struct tf_node *node = c->node;
+	enum tf_replay_verdict v;
+	struct tf_sess_keys *ek;
+	int ret;
+
+	*taken_p = false;
+	if (c->rx.h.op != TF_WIRE_OPEN) {
+		tf_log_warn(S, "handshake: expected the early OPEN, got %s",
+			    tf__wire_op_name(c->rx.h.op));
+		return -TF_EWIRE;
+	}
+	ret = tf__keys_early(node->early_key, c->nonce_c, true, &ek);
+	if (ret)
+		return ret;
+	c->keys = ek;
+	ret = tf__conn_open(c, TF_WIRE_CH_SOCK);
+	c->keys = NULL;
+	tf__keys_free(ek);
+	if (ret)
+		return ret;
+	v = tf__replay_admit(&node->replay, c->nonce_c, c->hello_ns,
+			     tf__realtime_ns());
+	if (v == TF_REPLAY_FRESH) {
+		STAT(node, psk_early);
+		*taken_p = true;
+	} else {
+		static const char *const why[] = {
+			[TF_REPLAY_SEEN] = "its nonce was seen before "
+					   "(a replay?)",
+			[TF_REPLAY_STALE] = "its time is outside the window "
+					    "(clocks apart, or a replay?)",
+			[TF_REPLAY_FULL] = "the record of early OPENs is full",
+			[TF_REPLAY_OFF] = "this node takes none",
+		};
+
+		tf_log_debug(S, "handshake: early OPEN not taken: %s", why[v]);
+		STAT(node, psk_early_refused);
+	}
+	return server_challenge(c, *taken_p);
 }
 
 /* Serve an OPEN (already opened, if sealed) on @c: the sealed OPEN of a
@@ -757,11 +836,22 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 		else
 			ret = tf__wire_rx_step(c->fd, &c->rx);
 	}
+again:
 	if (ret == 0)
 		return 0;
 	if (ret < 0)
 		goto err;
-	if (c->hs == TF_CONN_WAIT_HELLO) {
+	if (c->hs == TF_CONN_WAIT_EARLY) {
+		bool taken;
+
+		/* Taken: the OPEN is open in c->rx, and served as a sealed
+		 * one is below; not taken: the client sends it again. */
+		ret = server_early(c, &taken);
+		if (!ret && taken)
+			ret = tf__peers_session_get(l->node, &c->peer, &pe);
+		if (!ret && taken)
+			ret = server_open(l, c, params, pe, &s);
+	} else if (c->hs == TF_CONN_WAIT_HELLO) {
 		/* Without a key the HELLO opens the session: counted against
 		 * the bounds on sessions before anything is made for it. */
 		ret = 0;
@@ -793,8 +883,14 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 	}
 	if (ret)
 		goto err;
-	/* CHALLENGE sent: the sealed OPEN comes next, on the socket. */
+	/* CHALLENGE sent: the sealed OPEN comes next, on the socket.  An
+	 * early OPEN left in the HELLO's write: usually here already. */
 	if (!s) {
+		if (c->hs == TF_CONN_WAIT_EARLY) {
+			ret = tf__wire_rx_step(c->fd, &c->rx);
+			if (ret)
+				goto again;
+		}
 		pending_watch(l, c);
 		return 0;
 	}
@@ -960,7 +1056,8 @@ static bool make_room(struct tf_listener *l,
 	bool only_peer;
 
 	for (c = l->conns.next; c != &l->conns; c = c->next)
-		if (c->hs == TF_CONN_WAIT_HELLO || c->hs == TF_CONN_WAIT_OPEN)
+		if (c->hs == TF_CONN_WAIT_HELLO || c->hs == TF_CONN_WAIT_OPEN ||
+		    c->hs == TF_CONN_WAIT_EARLY)
 			from_peer += same_host(&c->peer, peer);
 	if (from_peer >= l->max_pending_peer)
 		only_peer = true;

@@ -309,6 +309,18 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 	ret = source_from_config(node, cfg->session_source_addr);
 	if (!ret)
 		ret = tf__peers_init(node);
+	if (!ret && node->psk_len) {
+		uint64_t win =
+			(uint64_t)cfg->session_psk_early_window_ms * 1000000;
+
+		node->psk_early_send = win != 0;
+		ret = tf__replay_init(&node->replay,
+				      (unsigned)cfg->session_psk_early_max,
+				      win);
+		if (!ret)
+			ret = tf__early_key_new(node->psk, node->psk_len,
+						&node->early_key);
+	}
 	if (ret)
 		goto err_free;
 	ret = tf_context_query_caps(ctx, &caps);
@@ -385,6 +397,10 @@ err_pd:
 	tf_pd_destroy(node->pd);
 err_free:
 	tf__peers_fini(node);
+	if (node->psk_len)
+		tf__replay_fini(&node->replay);
+	tf__keys_free(node->early_keys);
+	tf__early_key_free(node->early_key);
 	pthread_mutex_destroy(&node->lock);
 	tf__free(node);
 	return ret;
@@ -424,6 +440,10 @@ void tf_node_destroy(tf_node_t *node)
 	if (tf_pd_destroy(node->pd))
 		tf_log_warn(S, "node PD still in use at destroy");
 	tf__peers_fini(node);
+	if (node->psk_len)
+		tf__replay_fini(&node->replay);
+	tf__keys_free(node->early_keys);
+	tf__early_key_free(node->early_key);
 	pthread_mutex_destroy(&node->lock);
 	explicit_bzero(node->psk, sizeof(node->psk));
 	tf__free(node);
@@ -499,5 +519,7 @@ int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
 	st->grants_dropped = LD(grants_dropped);
 	st->remote_inv = LD(remote_inv);
 	st->remote_inv_missed = LD(remote_inv_missed);
+	st->psk_early = LD(psk_early);
+	st->psk_early_refused = LD(psk_early_refused);
 	return 0;
 }

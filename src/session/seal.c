@@ -227,9 +227,14 @@ static int keys_prk(const uint8_t *psk, size_t psk_len,
 	return ret;
 }
 
+/* The labels of the traffic keys. */
+static const char *const traffic_labels[4] = {
+	"tollfree v3 c key", "tollfree v3 s key", "tollfree v3 c iv",
+	"tollfree v3 s iv"};
+
 /* The traffic keys and ciphers from @hk (keyed with the PRK). */
 static int keys_traffic(struct hmac_key *hk, bool server,
-			struct tf_sess_keys **k_p)
+			const char *const labels[4], struct tf_sess_keys **k_p)
 {
 	uint8_t kc[32], ks[32];
 	struct tf_sess_keys *k;
@@ -238,15 +243,15 @@ static int keys_traffic(struct hmac_key *hk, bool server,
 	k = tf__calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
-	ret = hkdf_expand(hk, "tollfree v3 c key", kc, sizeof(kc));
+	ret = hkdf_expand(hk, labels[0], kc, sizeof(kc));
 	if (!ret)
-		ret = hkdf_expand(hk, "tollfree v3 s key", ks, sizeof(ks));
+		ret = hkdf_expand(hk, labels[1], ks, sizeof(ks));
 	if (!ret)
-		ret = hkdf_expand(hk, "tollfree v3 c iv",
-				  server ? k->iv_rx : k->iv_tx, TF_WIRE_IV);
+		ret = hkdf_expand(hk, labels[2], server ? k->iv_rx : k->iv_tx,
+				  TF_WIRE_IV);
 	if (!ret)
-		ret = hkdf_expand(hk, "tollfree v3 s iv",
-				  server ? k->iv_tx : k->iv_rx, TF_WIRE_IV);
+		ret = hkdf_expand(hk, labels[3], server ? k->iv_tx : k->iv_rx,
+				  TF_WIRE_IV);
 	if (!ret) {
 		k->tx = gcm_ctx(server ? ks : kc, true);
 		k->rx = gcm_ctx(server ? kc : ks, false);
@@ -274,7 +279,7 @@ int tf__keys_derive(const uint8_t *psk, size_t psk_len,
 
 	ret = keys_prk(psk, psk_len, nonce_c, nonce_s, prk, &hk, fin_s);
 	if (!ret)
-		ret = keys_traffic(&hk, server, k_p);
+		ret = keys_traffic(&hk, server, traffic_labels, k_p);
 	hmac_free(&hk);
 	OPENSSL_cleanse(prk, sizeof(prk));
 	return ret;
@@ -301,9 +306,77 @@ int tf__keys_from_prk(const uint8_t prk[32], bool server,
 	int ret = hmac_init(&hk, prk, 32);
 
 	if (!ret)
-		ret = keys_traffic(&hk, server, k_p);
+		ret = keys_traffic(&hk, server, traffic_labels, k_p);
 	hmac_free(&hk);
 	return ret;
+}
+
+/* A node's early key K_e = HKDF-Extract(salt = its label, ikm = psk),
+ * keyed for HMAC once: each early OPEN's key is HMAC(K_e, nonce_c). */
+struct tf_early_key {
+	struct hmac_key hk;
+};
+
+int tf__early_key_new(const uint8_t *psk, size_t psk_len,
+		      struct tf_early_key **e_p)
+{
+	static const char label[] = "tollfree v7 early";
+	struct tf_early_key *e = tf__calloc(1, sizeof(*e));
+	uint8_t ke[32];
+	int ret;
+
+	if (!e)
+		return -ENOMEM;
+	ret = tf__hmac_sha256((const uint8_t *)label, sizeof(label) - 1, psk,
+			      psk_len, ke);
+	if (!ret)
+		ret = hmac_init(&e->hk, ke, sizeof(ke));
+	OPENSSL_cleanse(ke, sizeof(ke));
+	if (ret) {
+		tf__free(e);
+		return ret;
+	}
+	*e_p = e;
+	return 0;
+}
+
+void tf__early_key_free(struct tf_early_key *e)
+{
+	if (!e)
+		return;
+	hmac_free(&e->hk);
+	tf__free(e);
+}
+
+int tf__keys_early(const struct tf_early_key *e,
+		   const uint8_t nonce_c[TF_WIRE_NONCE], bool server,
+		   struct tf_sess_keys **k_p)
+{
+	struct tf_sess_keys *k;
+	uint8_t key[32];
+	int ret;
+
+	k = tf__calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	/* One message under this key, the client's: one direction, and
+	 * the IV all zeros (the nonce is unique since the key is). */
+	ret = hmac_run(&e->hk, nonce_c, TF_WIRE_NONCE, key);
+	if (!ret) {
+		if (server)
+			k->rx = gcm_ctx(key, false);
+		else
+			k->tx = gcm_ctx(key, true);
+		if (!k->rx && !k->tx)
+			ret = crypto_fail("AES-256-GCM set-up");
+	}
+	OPENSSL_cleanse(key, sizeof(key));
+	if (ret) {
+		tf__keys_free(k);
+		return ret;
+	}
+	*k_p = k;
+	return 0;
 }
 
 void tf__keys_free(struct tf_sess_keys *k)

@@ -95,6 +95,7 @@ struct tf_grant {
 enum tf_conn_hs {
 	TF_CONN_WAIT_HELLO = 0, /* new socket, nothing received */
 	TF_CONN_WAIT_OPEN,	/* CHALLENGE sent */
+	TF_CONN_WAIT_EARLY,	/* HELLO with an early OPEN behind it read */
 	TF_CONN_IDLE,		/* kept: waiting for the next OPEN */
 	TF_CONN_BUSY,		/* owned by a session */
 };
@@ -125,6 +126,12 @@ struct tf_conn {
 	struct sockaddr_storage peer;
 	socklen_t peer_len;
 	uint8_t nonce_c[TF_WIRE_NONCE], nonce_s[TF_WIRE_NONCE];
+	uint64_t hello_ns; /* server: an early HELLO's time (replay.c) */
+	/* A handshake message held back to leave with the next one on the
+	 * socket, in one send (tf__conn_send): the client's HELLO before
+	 * its early OPEN, the server's CHALLENGE before its answer. */
+	uint8_t pre[TF_WIRE_HDR_SIZE + 96];
+	size_t pre_len;
 	/* With a pre-shared key: the connection's keys (seal.c), and the
 	 * handshake's transcript until the first ACCEPT is sent (server)
 	 * or opened (client). */
@@ -183,6 +190,35 @@ struct tf_peers {
 	unsigned max_sessions, max_sessions_peer, max_kept, max_kept_peer;
 	uint64_t max_exposed_peer;
 };
+
+/* The nonces of the early OPENs a node took (replay.c).  cap 0: off. */
+struct tf_replay_ent {
+	uint8_t nonce[TF_WIRE_NONCE];
+	uint64_t sent_ns; /* the client's realtime clock, in its HELLO */
+	int32_t next;	  /* hash chain: ring index, or -1 */
+};
+struct tf_replay {
+	pthread_mutex_t lock;
+	struct tf_replay_ent *ring;
+	int32_t *bucket;
+	unsigned cap, head, n, mask;
+	uint64_t window_ns, floor, salt;
+};
+enum tf_replay_verdict {
+	TF_REPLAY_FRESH, /* recorded: take the early OPEN */
+	TF_REPLAY_SEEN,	 /* that nonce was taken before */
+	TF_REPLAY_STALE, /* its time is outside the window */
+	TF_REPLAY_FULL,	 /* no room left */
+	TF_REPLAY_OFF,	 /* the node takes none */
+};
+int tf__replay_init(struct tf_replay *r, unsigned cap, uint64_t window_ns);
+void tf__replay_fini(struct tf_replay *r);
+/* Record @nonce if its early OPEN may be taken (TF_REPLAY_FRESH), the
+ * client's and this side's realtime clocks being @sent_ns and @now_ns.
+ * Thread-safe. */
+enum tf_replay_verdict tf__replay_admit(struct tf_replay *r,
+					const uint8_t nonce[TF_WIRE_NONCE],
+					uint64_t sent_ns, uint64_t now_ns);
 
 /* The node's stock of ready connection resources (stock.c). */
 struct tf_stock_ent;
@@ -268,6 +304,16 @@ struct tf_node {
 	atomic_ullong expose_refused, kept_refused;
 	atomic_ullong grants_made, grants_taken, grants_dropped;
 	atomic_ullong remote_inv, remote_inv_missed;
+	atomic_ullong psk_early, psk_early_refused;
+	/* With a pre-shared key: send an early OPEN (client); the early
+	 * OPENs taken (server, replay.c). */
+	bool psk_early_send;
+	struct tf_early_key *early_key; /* with a key (seal.c) */
+	struct tf_replay replay;
+	/* Client: the next early OPEN's nonce and keys, made while a
+	 * connect waits for its server (connect.c); under the lock. */
+	struct tf_sess_keys *early_keys;
+	uint8_t early_nonce[TF_WIRE_NONCE];
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;
 };

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "provider.h"
@@ -238,19 +239,34 @@ static int remaining_ms(uint64_t deadline)
 	return (int)((deadline - now + 999999) / 1000000);
 }
 
-static int wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms,
-		     int flags)
+/* Send @pre_len bytes of @pre (a message held back), then @m, in one
+ * system call where the socket takes them. */
+static int wire_send(int fd, const uint8_t *pre, size_t pre_len,
+		     const struct tf_wire_msg *m, int timeout_ms, int flags)
 {
 	uint64_t deadline = tf__now_ns() + (uint64_t)timeout_ms * 1000000;
-	size_t off = 0;
+	size_t off = 0, total = pre_len + m->len;
 
-	while (off < m->len) {
-		/* MSG_NOSIGNAL: a peer that went away must give -EPIPE, not
-		 * kill the process with SIGPIPE. */
-		ssize_t n = send(fd, m->buf + off, m->len - off,
-				 MSG_NOSIGNAL | MSG_DONTWAIT | flags);
+	while (off < total) {
+		struct iovec iov[2];
+		struct msghdr mh = {.msg_iov = iov};
+		ssize_t n;
 		int ret;
 
+		if (off < pre_len) {
+			iov[0].iov_base = (void *)(pre + off);
+			iov[0].iov_len = pre_len - off;
+			iov[1].iov_base = (void *)m->buf;
+			iov[1].iov_len = m->len;
+			mh.msg_iovlen = 2;
+		} else {
+			iov[0].iov_base = (void *)(m->buf + (off - pre_len));
+			iov[0].iov_len = total - off;
+			mh.msg_iovlen = 1;
+		}
+		/* MSG_NOSIGNAL: a peer that went away must give -EPIPE, not
+		 * kill the process with SIGPIPE. */
+		n = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT | flags);
 		if (n > 0) {
 			off += (size_t)n;
 			continue;
@@ -268,7 +284,13 @@ static int wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms,
 
 int tf__wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms)
 {
-	return wire_send(fd, m, timeout_ms, 0);
+	return wire_send(fd, NULL, 0, m, timeout_ms, 0);
+}
+
+int tf__wire_send_pre(int fd, const uint8_t *pre, size_t pre_len,
+		      const struct tf_wire_msg *m, int timeout_ms, bool last)
+{
+	return wire_send(fd, pre, pre_len, m, timeout_ms, last ? MSG_MORE : 0);
 }
 
 /* On TCP, MSG_MORE holds a segment shorter than the MSS back until more
@@ -276,7 +298,7 @@ int tf__wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms)
  * both, and this side pays one transmission instead of two. */
 int tf__wire_send_last(int fd, const struct tf_wire_msg *m, int timeout_ms)
 {
-	return wire_send(fd, m, timeout_ms, MSG_MORE);
+	return wire_send(fd, NULL, 0, m, timeout_ms, MSG_MORE);
 }
 
 void tf__wire_rx_reset(struct tf_wire_rx *rx)
@@ -436,6 +458,7 @@ int tf__wire_parse_hello(const struct tf_wire_rx *rx, struct tf_wire_hello *m)
 	struct tf_wire_open open = {0};
 	struct tf_wire_cur cur;
 	const uint8_t *nonce;
+	uint64_t sent_ns = 0;
 	uint8_t flags;
 	int ret;
 
@@ -443,7 +466,11 @@ int tf__wire_parse_hello(const struct tf_wire_rx *rx, struct tf_wire_hello *m)
 		return -TF_EWIRE;
 	nonce = tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
 	flags = tf__wire_get_u8(&cur);
-	if (cur.bad || (flags & ~TF_WIRE_HELLO_AUTH)) {
+	/* An early OPEN follows only a HELLO with a key; its time first. */
+	if (flags & TF_WIRE_HELLO_EARLY)
+		sent_ns = tf__wire_get_u64(&cur);
+	if (cur.bad || (flags & ~(TF_WIRE_HELLO_AUTH | TF_WIRE_HELLO_EARLY)) ||
+	    ((flags & TF_WIRE_HELLO_EARLY) && !(flags & TF_WIRE_HELLO_AUTH))) {
 		tf_log_warn("session",
 			    "handshake: malformed HELLO (%u bytes, flags "
 			    "0x%x)",
@@ -459,6 +486,8 @@ int tf__wire_parse_hello(const struct tf_wire_rx *rx, struct tf_wire_hello *m)
 	}
 	m->nonce = nonce;
 	m->auth = flags & TF_WIRE_HELLO_AUTH;
+	m->early = flags & TF_WIRE_HELLO_EARLY;
+	m->sent_ns = sent_ns;
 	m->open = open;
 	return 0;
 }
@@ -468,18 +497,22 @@ int tf__wire_parse_challenge(const struct tf_wire_rx *rx,
 {
 	const uint8_t *nonce, *mac;
 	struct tf_wire_cur cur;
+	uint8_t flags;
 
 	if (!parse_start(rx, TF_WIRE_CHALLENGE, &cur))
 		return -TF_EWIRE;
 	nonce = tf__wire_get_bytes(&cur, TF_WIRE_NONCE);
+	flags = tf__wire_get_u8(&cur);
 	mac = tf__wire_get_bytes(&cur, TF_WIRE_MAC);
-	if (cur.bad) {
+	if (cur.bad || (flags & ~TF_WIRE_CHALLENGE_EARLY)) {
 		tf_log_warn("session",
-			    "handshake: malformed CHALLENGE (%u bytes)",
-			    rx->h.size);
+			    "handshake: malformed CHALLENGE (%u bytes, flags "
+			    "0x%x)",
+			    rx->h.size, flags);
 		return -TF_EWIRE;
 	}
 	m->nonce = nonce;
+	m->early = flags & TF_WIRE_CHALLENGE_EARLY;
 	m->mac = mac;
 	return 0;
 }

@@ -64,7 +64,7 @@
  * With a pre-shared key: two round trips, and no QP address or key goes
  * to a peer before it proved the key:
  *   C->S HELLO      nonce_c[32], u8 flags = TF_WIRE_HELLO_AUTH
- *   S->C CHALLENGE  nonce_s[32], mac_s[32]
+ *   S->C CHALLENGE  nonce_s[32], u8 flags = 0, mac_s[32]
  *   C->S OPEN       sealed: u32 reuse_id = 0, u16 blob_len, blob,
  *                   u16 priv_len, priv, u16 ctl_len, ctl_blob,
  *                   u32 grant = 0, u8 open_flags
@@ -76,6 +76,30 @@
  * A server with a key refuses a HELLO without the flag, and a server
  * without one a HELLO with it (REJECT -TF_EAUTH); a client with a key
  * refuses an ACCEPT that is not preceded by a valid CHALLENGE.
+ *
+ * Early OPEN (version 7; TOLLFREE_SESSION_PSK_EARLY_*): one round trip
+ * with a key.  The client sends, in one write,
+ *   C->S HELLO      nonce_c[32], u8 flags = AUTH | TF_WIRE_HELLO_EARLY,
+ *                   u64 sent_ns (its CLOCK_REALTIME)
+ *   C->S OPEN       sealed with the early key, HMAC-SHA256(K_e, nonce_c)
+ *                   where K_e = HMAC-SHA256("tollfree v7 early", key)
+ *                   (one message under it: IV zero), its tag covering
+ *                   SHA-256(HELLO): the OPEN above
+ * The server opens it (a failure: REJECT -TF_EAUTH, unsealed, as for a
+ * HELLO of the wrong kind: it proves the client lacks the key) and takes
+ * it only if sent_ns is within its window of the server's clock and
+ * nonce_c is new (replay.c): then, in one write,
+ *   S->C CHALLENGE  nonce_s, u8 flags = TF_WIRE_CHALLENGE_EARLY, mac_s
+ *                   over HELLO | OPEN | CHALLENGE up to mac_s
+ *   S->C ACCEPT     sealed with the traffic keys (or ADDR then ACCEPT,
+ *                   or REJECT), as after a classic OPEN.
+ * Otherwise it sends the CHALLENGE with flags 0 (mac_s over the same
+ * transcript) and the client sends its OPEN again, sealed with the
+ * traffic keys, as in the classic exchange: a replayed HELLO and OPEN get
+ * no further.  The client's QP address leaves sealed under the key, so
+ * only a holder of the key reads it; the server's QPs and keys leave only
+ * after the client proved the key (its OPEN opened) and its nonce was
+ * found fresh.
  *
  * Then, in either direction while the session lives:
  *        EXPOSE     u16 n, n * exposure
@@ -141,8 +165,9 @@
  * sealed messages with one.  4: grants (GRANT, and OPEN's grant field).
  * 5: early addresses (ADDR before a new connection's ACCEPT).
  * 6: remote invalidation (OPEN's and ACCEPT's flags).
+ * 7: early OPEN with a key (HELLO's time, CHALLENGE's flags).
  * A peer of another version gets -TF_EVERSION, not a misparse. */
-#define TF_WIRE_VERSION	 6
+#define TF_WIRE_VERSION	 7
 #define TF_WIRE_HDR_SIZE 16
 /* Bounds on what a peer may send; every one is checked. */
 #define TF_WIRE_MAX_BODY 4096
@@ -180,8 +205,13 @@ enum tf_wire_flags {
 	TF_WIRE_F_SEALED = 1u << 0,
 };
 
-/* HELLO flags. */
-#define TF_WIRE_HELLO_AUTH 1u
+/* HELLO flags: the client has a key; it sent its OPEN (sealed with the
+ * early keys) right behind, and its realtime clock in the HELLO. */
+#define TF_WIRE_HELLO_AUTH  1u
+#define TF_WIRE_HELLO_EARLY 2u
+/* CHALLENGE flags: the server took the early OPEN (its answer follows);
+ * without it, the client sends its OPEN (again) after the CHALLENGE. */
+#define TF_WIRE_CHALLENGE_EARLY 1u
 /* OPEN flags: the client sends nothing that takes a receive at the server
  * and asks to revoke the server's exposure 0 with a SEND_WITH_INV at close
  * (TF_SESSION_REMOTE_INV).  Not with a grant. */
@@ -257,6 +287,10 @@ const uint8_t *tf__wire_get_bytes(struct tf_wire_cur *c, size_t n);
  * next: held (MSG_MORE) so that it leaves in one segment with the FIN. */
 int tf__wire_send(int fd, const struct tf_wire_msg *m, int timeout_ms);
 int tf__wire_send_last(int fd, const struct tf_wire_msg *m, int timeout_ms);
+/* @pre_len bytes of messages held back, then @m, in one write where the
+ * socket takes them (@last: as tf__wire_send_last). */
+int tf__wire_send_pre(int fd, const uint8_t *pre, size_t pre_len,
+		      const struct tf_wire_msg *m, int timeout_ms, bool last);
 /*
  * Read more of a message from a non-blocking @fd into @rx.  Returns 1 when
  * a whole message is there (rx->h and rx->body valid), 0 when more bytes
@@ -293,6 +327,16 @@ int tf__keys_proof_key(const uint8_t *psk, size_t psk_len,
 		       uint8_t fin_s[TF_WIRE_MAC]);
 int tf__keys_from_prk(const uint8_t prk[32], bool server,
 		      struct tf_sess_keys **k_p);
+/* A node's key for early OPENs, from the pre-shared key alone, and the
+ * keys of one early OPEN (its only use: the client's direction) from it
+ * and the client's nonce.  tf__keys_early is thread-safe. */
+struct tf_early_key;
+int tf__early_key_new(const uint8_t *psk, size_t psk_len,
+		      struct tf_early_key **e_p);
+void tf__early_key_free(struct tf_early_key *e);
+int tf__keys_early(const struct tf_early_key *e,
+		   const uint8_t nonce_c[TF_WIRE_NONCE], bool server,
+		   struct tf_sess_keys **k_p);
 void tf__keys_free(struct tf_sess_keys *k);
 /* Seal the finished message @m for channel @ch, authenticating the
  * transcript hash @th too when not NULL.  0, -EMSGSIZE or -EIO. */
@@ -346,6 +390,7 @@ int tf__hkdf_expand(const uint8_t prk[32], const char *label, uint8_t *out,
 
 struct tf_wire_challenge {
 	const uint8_t *nonce; /* TF_WIRE_NONCE bytes */
+	bool early;	      /* TF_WIRE_CHALLENGE_EARLY */
 	const uint8_t *mac;   /* TF_WIRE_MAC bytes */
 };
 
@@ -363,6 +408,8 @@ struct tf_wire_open {
 struct tf_wire_hello {
 	const uint8_t *nonce; /* TF_WIRE_NONCE bytes */
 	bool auth;	      /* TF_WIRE_HELLO_AUTH: the client has a key */
+	bool early;	      /* TF_WIRE_HELLO_EARLY: an early OPEN follows */
+	uint64_t sent_ns;     /* with early: the client's realtime clock */
 	/* Without auth, what the client's OPEN would carry (reuse_id 0,
 	 * blob_len > 0). */
 	struct tf_wire_open open;

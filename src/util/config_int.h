@@ -137,6 +137,18 @@
 	   "Sessions: file holding the pre-shared key (raw bytes, <= 256), "   \
 	   "a regular file of this user with no group or other access "        \
 	   "(0600); anything else makes node creation fail")                   \
+	XX(session, PSK_EARLY_WINDOW_MS, session_psk_early_window_ms, UINT,    \
+	   "10000",                                                            \
+	   "Sessions, with a pre-shared key: a client sends its sealed OPEN "  \
+	   "behind its HELLO, with its realtime clock, and a server takes it " \
+	   "(one round trip less) if that time is within this many ms of its " \
+	   "own and the client's nonce is new; else the server challenges "    \
+	   "first as without it.  0: off (client and server)")                 \
+	XX(session, PSK_EARLY_MAX, session_psk_early_max, UINT, "4096",        \
+	   "Sessions, with a pre-shared key: early OPENs a server remembers "  \
+	   "(48 bytes each) to refuse a replay within the window; when it is " \
+	   "full, clients get the challenge round trip.  0: a server takes "   \
+	   "no early OPEN")                                                    \
 	XX(session, TIMEOUT_MS, session_timeout_ms, UINT, "2000",              \
 	   "Sessions: limit on each bootstrap read, revocation and close")     \
 	XX(session, MAX_PENDING, session_max_pending, UINT, "256",             \

@@ -88,6 +88,8 @@ int tf__random_buffered(void *buf, size_t len);
 
 /* Monotonic time. */
 uint64_t tf__now_ns(void);
+/* CLOCK_REALTIME in ns: for times compared across hosts only. */
+uint64_t tf__realtime_ns(void);
 
 /* Spin-wait hint, for busy-wait loops. */
 static inline void tf__cpu_relax(void)

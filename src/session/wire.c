@@ -253,7 +253,7 @@ static int wire_send(int fd, const uint8_t *pre, size_t pre_len,
 		ssize_t n;
 		int ret;
 
-		if (off < pre_len) {
+		if (pre && off < pre_len) {
 			iov[0].iov_base = (void *)(pre + off);
 			iov[0].iov_len = pre_len - off;
 			iov[1].iov_base = (void *)m->buf;

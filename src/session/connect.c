@@ -360,7 +360,8 @@ static int client_challenge(struct tf_conn *c, bool early, bool *taken_p)
 /*
  * With a key and TOLLFREE_SESSION_PSK_EARLY_WINDOW_MS: the HELLO @m (in
  * the transcript already) and, behind it in one write, the OPEN @open
- * sealed with the early keys, its tag covering the HELLO.
+ * sealed with the early keys (in c->keys: early_take, freed here), its
+ * tag covering the HELLO.
  */
 static int send_early(struct tf_conn *c, const struct tf_wire_msg *m,
 		      struct tf_wire_msg *open)
@@ -371,7 +372,6 @@ static int send_early(struct tf_conn *c, const struct tf_wire_msg *m,
 
 	memcpy(c->pre, m->buf, m->len);
 	c->pre_len = m->len;
-	c->keys = ek;
 	ret = tf__conn_send(c, TF_WIRE_CH_SOCK, open, node->timeout_ms);
 	c->keys = NULL;
 	c->pre_len = 0;

@@ -11,10 +11,13 @@
  *    leave; a clock that goes back does not bring a forgotten nonce back
  *    (the floor stays); many nonces through a small record, each taken
  *    once.
- * 2. Sessions with a pre-shared key, server record of one entry: the
- *    first connection's early OPEN is taken (one round trip), the second
- *    finds the record full and falls back to the challenge (two), and
- *    both sessions work; the stats of both sides say so.
+ * 2. Sessions with a pre-shared key, server record of two entries, three
+ *    connections from two client nodes, each node's first connect
+ *    without early keys made ahead: node A's first early OPEN is taken,
+ *    node B's first too (its nonce differs: a connect that found no
+ *    keys made ahead draws its own), and A's second finds the record
+ *    full and falls back to the challenge.  All three sessions work; the
+ *    stats of all three nodes say so.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -103,44 +106,51 @@ static void record_alone(void)
 
 static const char key[] = "the replay test's key";
 
-/* One early OPEN taken and one not, as @node counted them. */
-static void check_early(tf_node_t *node, const char *who)
+/* @taken early OPENs taken and @not not, as @node counted them. */
+static void check_early(tf_node_t *node, unsigned taken, unsigned not,
+			const char *who)
 {
 	tf_node_stats_t st;
 
 	CHECK_OK(tf_node_query_stats(node, &st));
-	CHECKF(st.psk_early == 1 && st.psk_early_refused == 1 &&
-		       !st.auth_failures,
+	CHECKF(st.psk_early == taken &&
+		       st.psk_early_refused == not &&!st.auth_failures,
 	       "%s: early OPENs %llu taken, %llu not; %llu auth failures", who,
 	       (unsigned long long)st.psk_early,
 	       (unsigned long long)st.psk_early_refused,
 	       (unsigned long long)st.auth_failures);
 }
 
+/* A session of @node that reads the server's buffer. */
+static void one_read(tf_node_t *node, uint16_t port)
+{
+	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
+				  .flags = TF_SESSION_NO_REUSE};
+	tf_session_t *s;
+	struct tf_wc wc;
+	char *m;
+	int b;
+
+	CHECK_OK(tf_session_connect(node, "127.0.0.1", port, &sp, &s));
+	CHECK_OK(tf_session_wait_peer(s, 1, 4 * tf_test_timeout_ms()));
+	CHECK_OK(tf_session_rent(s, 64, &b, (void **)&m));
+	CHECK_OK(tf_session_read(s, b, 0, 0, 0, 64, 1));
+	CHECK(tf_session_wait(s, 1, &wc, 4 * tf_test_timeout_ms()) == 1);
+	CHECK(wc.status == TF_WC_SUCCESS && m[0] == 0x5c && m[63] == 0x5c);
+	tf_session_close(s);
+}
+
 static void client(struct tf_pair *p, tf_node_t *node)
 {
 	uint16_t port = (uint16_t)tf_test_recv_u64(p);
-	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
-				  .flags = TF_SESSION_NO_REUSE};
+	tf_node_t *b = st_node(p, -1, key, sizeof(key) - 1);
 
-	/* Each reads the server's buffer: both sessions work. */
-	for (int i = 0; i < 2; i++) {
-		tf_session_t *s;
-		struct tf_wc wc;
-		char *m;
-		int b;
-
-		CHECK_OK(tf_session_connect(node, "127.0.0.1", port, &sp, &s));
-		CHECK_OK(tf_session_wait_peer(s, 1, 4 * tf_test_timeout_ms()));
-		CHECK_OK(tf_session_rent(s, 64, &b, (void **)&m));
-		CHECK_OK(tf_session_read(s, b, 0, 0, 0, 64, 1));
-		CHECK(tf_session_wait(s, 1, &wc, 4 * tf_test_timeout_ms()) ==
-		      1);
-		CHECK(wc.status == TF_WC_SUCCESS && m[0] == 0x5c &&
-		      m[63] == 0x5c);
-		tf_session_close(s);
-	}
-	check_early(node, "client");
+	one_read(node, port);
+	one_read(b, port);
+	one_read(node, port);
+	check_early(node, 1, 1, "client A");
+	check_early(b, 1, 0, "client B");
+	tf_node_destroy(b);
 	tf_test_send_u64(p, 1);
 }
 
@@ -150,10 +160,10 @@ static void server(struct tf_pair *p, tf_node_t *node)
 				   .addr = "127.0.0.1"};
 	tf_listener_t *l;
 
-	CHECK(node->replay.cap == 1);
+	CHECK(node->replay.cap == 2);
 	CHECK_OK(tf_listener_create(node, &lp, &l));
 	tf_test_send_u64(p, tf_listener_port(l));
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		tf_session_t *s = st_accept(l, TF_SESSION_DEFER_ESTABLISH);
 		int b, x;
 
@@ -166,7 +176,7 @@ static void server(struct tf_pair *p, tf_node_t *node)
 		tf_session_close(s);
 	}
 	CHECK(tf_test_recv_u64(p) == 1);
-	check_early(node, "server");
+	check_early(node, 2, 1, "server");
 	tf_listener_destroy(l);
 }
 
@@ -175,8 +185,8 @@ int main(void)
 	struct tf_pair p;
 	tf_node_t *node;
 
-	/* Before the harness reads the environment: a record of one. */
-	setenv("TOLLFREE_SESSION_PSK_EARLY_MAX", "1", 1);
+	/* Before the harness reads the environment: a record of two. */
+	setenv("TOLLFREE_SESSION_PSK_EARLY_MAX", "2", 1);
 	setenv("TOLLFREE_SESSION_PSK_EARLY_WINDOW_MS", "60000", 1);
 	tf_test_begin("session_replay_unit");
 	record_alone();

@@ -357,11 +357,45 @@ static int client_challenge(struct tf_conn *c, bool early, bool *taken_p)
 	return ret;
 }
 
+/* Give the early keys @k back to the node for the next connect (or free
+ * them if another connect gave its own back first). */
+static void early_put(struct tf_node *node, struct tf_sess_keys *k,
+		      const uint8_t *nonce)
+{
+	pthread_mutex_lock(&node->lock);
+	if (!node->early_keys) {
+		node->early_keys = k;
+		node->early_ready = nonce != NULL;
+		if (nonce)
+			memcpy(node->early_nonce, nonce, TF_WIRE_NONCE);
+		k = NULL;
+	}
+	pthread_mutex_unlock(&node->lock);
+	tf__keys_free(k);
+}
+
+/* Take the node's early keys, and whether they are keyed already (for
+ * *@nonce); NULL if another connect holds them or there are none yet. */
+static struct tf_sess_keys *early_get(struct tf_node *node, bool *ready_p,
+				      uint8_t *nonce)
+{
+	struct tf_sess_keys *k;
+
+	pthread_mutex_lock(&node->lock);
+	k = node->early_keys;
+	*ready_p = k && node->early_ready;
+	if (*ready_p)
+		memcpy(nonce, node->early_nonce, TF_WIRE_NONCE);
+	node->early_keys = NULL;
+	pthread_mutex_unlock(&node->lock);
+	return k;
+}
+
 /*
  * With a key and TOLLFREE_SESSION_PSK_EARLY_WINDOW_MS: the HELLO @m (in
  * the transcript already) and, behind it in one write, the OPEN @open
- * sealed with the early keys (in c->keys: early_take, freed here), its
- * tag covering the HELLO.
+ * sealed with the early keys (in c->keys: early_take; given back to the
+ * node here), its tag covering the HELLO.
  */
 static int send_early(struct tf_conn *c, const struct tf_wire_msg *m,
 		      struct tf_wire_msg *open)
@@ -375,49 +409,50 @@ static int send_early(struct tf_conn *c, const struct tf_wire_msg *m,
 	ret = tf__conn_send(c, TF_WIRE_CH_SOCK, open, node->timeout_ms);
 	c->keys = NULL;
 	c->pre_len = 0;
-	tf__keys_free(ek);
+	early_put(node, ek, NULL);
 	return ret;
 }
 
 /* The nonce and early keys of @c's early OPEN (into c->nonce_c and
- * c->keys): those made ahead if there are (early_make), else new ones. */
+ * c->keys): those keyed ahead if there are (early_make), else the node's
+ * keyed now for c->nonce_c, else new ones. */
 static int early_take(struct tf_conn *c)
 {
 	struct tf_node *node = c->node;
+	bool ready;
+	int ret;
 
-	pthread_mutex_lock(&node->lock);
-	c->keys = node->early_keys;
-	node->early_keys = NULL;
-	if (c->keys)
-		memcpy(c->nonce_c, node->early_nonce, TF_WIRE_NONCE);
-	pthread_mutex_unlock(&node->lock);
-	if (c->keys)
+	c->keys = early_get(node, &ready, c->nonce_c);
+	if (ready)
 		return 0;
+	ret = tf__random_buffered(c->nonce_c, TF_WIRE_NONCE);
+	if (ret)
+		return ret;
+	if (c->keys)
+		return tf__keys_early_rekey(node->early_key, c->nonce_c,
+					    c->keys);
 	return tf__keys_early(node->early_key, c->nonce_c, false, &c->keys);
 }
 
-/* Make the next early OPEN's nonce and keys while this one waits for the
- * server (an HMAC and an AES key schedule, cold: a few microseconds). */
+/* Key the node's early keys for the next early OPEN's nonce while this
+ * one waits for the server (an HMAC and an AES key schedule; no
+ * allocation, which here made the heap grow and shrink: brk calls on
+ * later connects). */
 static void early_make(struct tf_node *node)
 {
 	uint8_t nonce[TF_WIRE_NONCE];
 	struct tf_sess_keys *k;
-	bool have;
+	bool ready;
 
-	pthread_mutex_lock(&node->lock);
-	have = node->early_keys != NULL;
-	pthread_mutex_unlock(&node->lock);
-	if (have || tf__random_buffered(nonce, sizeof(nonce)) ||
-	    tf__keys_early(node->early_key, nonce, false, &k))
+	k = early_get(node, &ready, nonce);
+	if (!k)
 		return;
-	pthread_mutex_lock(&node->lock);
-	if (!node->early_keys) {
-		node->early_keys = k;
-		memcpy(node->early_nonce, nonce, TF_WIRE_NONCE);
-		k = NULL;
+	if (!ready && (tf__random_buffered(nonce, sizeof(nonce)) ||
+		       tf__keys_early_rekey(node->early_key, nonce, k))) {
+		early_put(node, k, NULL);
+		return;
 	}
-	pthread_mutex_unlock(&node->lock);
-	tf__keys_free(k);
+	early_put(node, k, nonce);
 	explicit_bzero(nonce, sizeof(nonce));
 }
 

@@ -348,6 +348,24 @@ void tf__early_key_free(struct tf_early_key *e)
 	tf__free(e);
 }
 
+int tf__keys_early_rekey(const struct tf_early_key *e,
+			 const uint8_t nonce_c[TF_WIRE_NONCE],
+			 struct tf_sess_keys *k)
+{
+	uint8_t key[32];
+	int ret;
+
+	if (!k->tx)
+		return -EINVAL;
+	ret = hmac_run(&e->hk, nonce_c, TF_WIRE_NONCE, key);
+	if (!ret && EVP_CipherInit_ex(k->tx, NULL, NULL, key, NULL, 1) != 1)
+		ret = crypto_fail("AES-256-GCM set-up");
+	OPENSSL_cleanse(key, sizeof(key));
+	memset(k->iv_tx, 0, sizeof(k->iv_tx));
+	memset(k->tx_seq, 0, sizeof(k->tx_seq));
+	return ret;
+}
+
 int tf__keys_early(const struct tf_early_key *e,
 		   const uint8_t nonce_c[TF_WIRE_NONCE], bool server,
 		   struct tf_sess_keys **k_p)

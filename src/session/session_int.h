@@ -310,9 +310,12 @@ struct tf_node {
 	bool psk_early_send;
 	struct tf_early_key *early_key; /* with a key (seal.c) */
 	struct tf_replay replay;
-	/* Client: the next early OPEN's nonce and keys, made while a
-	 * connect waits for its server (connect.c); under the lock. */
+	/* Client: the early keys, kept from one connect to the next and
+	 * keyed again (no allocation); early_ready: keyed already for
+	 * early_nonce, while a connect waited (connect.c).  Under the
+	 * lock; a connect takes them, and gives them back. */
 	struct tf_sess_keys *early_keys;
+	bool early_ready;
 	uint8_t early_nonce[TF_WIRE_NONCE];
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;

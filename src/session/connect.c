@@ -366,6 +366,7 @@ static void early_put(struct tf_node *node, struct tf_sess_keys *k,
 	if (!node->early_keys) {
 		node->early_keys = k;
 		node->early_ready = nonce != NULL;
+		node->early_gen = tf__fork_gen();
 		if (nonce)
 			memcpy(node->early_nonce, nonce, TF_WIRE_NONCE);
 		k = NULL;
@@ -383,7 +384,10 @@ static struct tf_sess_keys *early_get(struct tf_node *node, bool *ready_p,
 
 	pthread_mutex_lock(&node->lock);
 	k = node->early_keys;
-	*ready_p = k && node->early_ready;
+	/* Keyed ahead in the parent of a fork(): its nonce is the parent's
+	 * too, and a second OPEN under one key and IV would let an
+	 * eavesdropper forge the early key's tags.  Keyed again here. */
+	*ready_p = k && node->early_ready && node->early_gen == tf__fork_gen();
 	if (*ready_p)
 		memcpy(nonce, node->early_nonce, TF_WIRE_NONCE);
 	node->early_keys = NULL;

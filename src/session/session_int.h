@@ -316,6 +316,7 @@ struct tf_node {
 	 * lock; a connect takes them, and gives them back. */
 	struct tf_sess_keys *early_keys;
 	bool early_ready;
+	unsigned early_gen; /* tf__fork_gen() when keyed ahead */
 	uint8_t early_nonce[TF_WIRE_NONCE];
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;

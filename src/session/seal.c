@@ -190,7 +190,9 @@ int tf__hkdf_expand(const uint8_t prk[32], const char *label, uint8_t *out,
 	return ret;
 }
 
-static EVP_CIPHER_CTX *gcm_ctx(const uint8_t key[32], bool enc)
+/* An AES-256-GCM context for one direction, keyed with @key, or with none
+ * yet if @key is NULL (keyed later with EVP_CipherInit_ex). */
+static EVP_CIPHER_CTX *gcm_ctx(const uint8_t *key, bool enc)
 {
 	EVP_CIPHER_CTX *x = EVP_CIPHER_CTX_new();
 
@@ -200,7 +202,7 @@ static EVP_CIPHER_CTX *gcm_ctx(const uint8_t key[32], bool enc)
 	if (EVP_CipherInit_ex(x, alg_gcm, NULL, NULL, NULL, enc ? 1 : 0) != 1 ||
 	    EVP_CIPHER_CTX_ctrl(x, EVP_CTRL_GCM_SET_IVLEN, TF_WIRE_IV, NULL) !=
 		    1 ||
-	    EVP_CipherInit_ex(x, NULL, NULL, key, NULL, -1) != 1) {
+	    (key && EVP_CipherInit_ex(x, NULL, NULL, key, NULL, -1) != 1)) {
 		EVP_CIPHER_CTX_free(x);
 		return NULL;
 	}
@@ -227,14 +229,9 @@ static int keys_prk(const uint8_t *psk, size_t psk_len,
 	return ret;
 }
 
-/* The labels of the traffic keys. */
-static const char *const traffic_labels[4] = {
-	"tollfree v3 c key", "tollfree v3 s key", "tollfree v3 c iv",
-	"tollfree v3 s iv"};
-
 /* The traffic keys and ciphers from @hk (keyed with the PRK). */
 static int keys_traffic(struct hmac_key *hk, bool server,
-			const char *const labels[4], struct tf_sess_keys **k_p)
+			struct tf_sess_keys **k_p)
 {
 	uint8_t kc[32], ks[32];
 	struct tf_sess_keys *k;
@@ -243,15 +240,15 @@ static int keys_traffic(struct hmac_key *hk, bool server,
 	k = tf__calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
-	ret = hkdf_expand(hk, labels[0], kc, sizeof(kc));
+	ret = hkdf_expand(hk, "tollfree v3 c key", kc, sizeof(kc));
 	if (!ret)
-		ret = hkdf_expand(hk, labels[1], ks, sizeof(ks));
+		ret = hkdf_expand(hk, "tollfree v3 s key", ks, sizeof(ks));
 	if (!ret)
-		ret = hkdf_expand(hk, labels[2], server ? k->iv_rx : k->iv_tx,
-				  TF_WIRE_IV);
+		ret = hkdf_expand(hk, "tollfree v3 c iv",
+				  server ? k->iv_rx : k->iv_tx, TF_WIRE_IV);
 	if (!ret)
-		ret = hkdf_expand(hk, labels[3], server ? k->iv_tx : k->iv_rx,
-				  TF_WIRE_IV);
+		ret = hkdf_expand(hk, "tollfree v3 s iv",
+				  server ? k->iv_tx : k->iv_rx, TF_WIRE_IV);
 	if (!ret) {
 		k->tx = gcm_ctx(server ? ks : kc, true);
 		k->rx = gcm_ctx(server ? kc : ks, false);
@@ -279,7 +276,7 @@ int tf__keys_derive(const uint8_t *psk, size_t psk_len,
 
 	ret = keys_prk(psk, psk_len, nonce_c, nonce_s, prk, &hk, fin_s);
 	if (!ret)
-		ret = keys_traffic(&hk, server, traffic_labels, k_p);
+		ret = keys_traffic(&hk, server, k_p);
 	hmac_free(&hk);
 	OPENSSL_cleanse(prk, sizeof(prk));
 	return ret;
@@ -306,7 +303,7 @@ int tf__keys_from_prk(const uint8_t prk[32], bool server,
 	int ret = hmac_init(&hk, prk, 32);
 
 	if (!ret)
-		ret = keys_traffic(&hk, server, traffic_labels, k_p);
+		ret = keys_traffic(&hk, server, k_p);
 	hmac_free(&hk);
 	return ret;
 }
@@ -352,17 +349,18 @@ int tf__keys_early_rekey(const struct tf_early_key *e,
 			 const uint8_t nonce_c[TF_WIRE_NONCE],
 			 struct tf_sess_keys *k)
 {
+	EVP_CIPHER_CTX *x = k->tx ? k->tx : k->rx;
 	uint8_t key[32];
 	int ret;
 
-	if (!k->tx)
-		return -EINVAL;
+	/* One message under this key, the client's: one direction, and
+	 * the IV all zeros (the nonce is unique since the key is). */
 	ret = hmac_run(&e->hk, nonce_c, TF_WIRE_NONCE, key);
-	if (!ret && EVP_CipherInit_ex(k->tx, NULL, NULL, key, NULL, 1) != 1)
+	if (!ret && EVP_CipherInit_ex(x, NULL, NULL, key, NULL, -1) != 1)
 		ret = crypto_fail("AES-256-GCM set-up");
 	OPENSSL_cleanse(key, sizeof(key));
-	memset(k->iv_tx, 0, sizeof(k->iv_tx));
 	memset(k->tx_seq, 0, sizeof(k->tx_seq));
+	memset(k->rx_seq, 0, sizeof(k->rx_seq));
 	return ret;
 }
 
@@ -370,25 +368,17 @@ int tf__keys_early(const struct tf_early_key *e,
 		   const uint8_t nonce_c[TF_WIRE_NONCE], bool server,
 		   struct tf_sess_keys **k_p)
 {
-	struct tf_sess_keys *k;
-	uint8_t key[32];
+	struct tf_sess_keys *k = tf__calloc(1, sizeof(*k));
 	int ret;
 
-	k = tf__calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
-	/* One message under this key, the client's: one direction, and
-	 * the IV all zeros (the nonce is unique since the key is). */
-	ret = hmac_run(&e->hk, nonce_c, TF_WIRE_NONCE, key);
-	if (!ret) {
-		if (server)
-			k->rx = gcm_ctx(key, false);
-		else
-			k->tx = gcm_ctx(key, true);
-		if (!k->rx && !k->tx)
-			ret = crypto_fail("AES-256-GCM set-up");
-	}
-	OPENSSL_cleanse(key, sizeof(key));
+	if (server)
+		k->rx = gcm_ctx(NULL, false);
+	else
+		k->tx = gcm_ctx(NULL, true);
+	ret = k->rx || k->tx ? tf__keys_early_rekey(e, nonce_c, k)
+			     : crypto_fail("AES-256-GCM set-up");
 	if (ret) {
 		tf__keys_free(k);
 		return ret;

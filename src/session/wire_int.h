@@ -337,8 +337,8 @@ void tf__early_key_free(struct tf_early_key *e);
 int tf__keys_early(const struct tf_early_key *e,
 		   const uint8_t nonce_c[TF_WIRE_NONCE], bool server,
 		   struct tf_sess_keys **k_p);
-/* Key a client's early keys @k (from tf__keys_early) again, for another
- * nonce: no allocation. */
+/* Key early keys @k (from tf__keys_early) again, for another nonce: no
+ * allocation. */
 int tf__keys_early_rekey(const struct tf_early_key *e,
 			 const uint8_t nonce_c[TF_WIRE_NONCE],
 			 struct tf_sess_keys *k);

@@ -86,6 +86,10 @@ static int server_refused(struct tf_conn *c)
 		return 0;
 	if (tf__wire_parse_reject(&c->rx, &rej))
 		rej.err = -TF_EWIRE;
+	/* The server could not open what this side sealed: the keys
+	 * differ (an early OPEN's, before any proof), or it was changed. */
+	if (rej.err == -TF_EAUTH)
+		STAT(c->node, auth_failures);
 	/* The server's bounds (tollfree(7)): say which. */
 	if (rej.err == -EUSERS || rej.err == -EBUSY) {
 		tf_log_warn(S, "server refused the session: %s (%s)",
@@ -308,9 +312,6 @@ static int client_challenge(struct tf_conn *c, bool early, bool *taken_p)
 	if (ret < 0)
 		return ret;
 	ret = server_refused(c);
-	/* The server could not open the early OPEN: the keys differ. */
-	if (ret == -TF_EAUTH)
-		STAT(node, auth_failures);
 	if (ret)
 		return ret;
 	ret = tf__wire_parse_challenge(&c->rx, &ch);
@@ -359,40 +360,15 @@ static int client_challenge(struct tf_conn *c, bool early, bool *taken_p)
 
 /* Give the early keys @k back to the node for the next connect (or free
  * them if another connect gave its own back first). */
-static void early_put(struct tf_node *node, struct tf_sess_keys *k,
-		      const uint8_t *nonce)
+static void early_put(struct tf_node *node, struct tf_sess_keys *k)
 {
 	pthread_mutex_lock(&node->lock);
 	if (!node->early_keys) {
 		node->early_keys = k;
-		node->early_ready = nonce != NULL;
-		node->early_gen = tf__fork_gen();
-		if (nonce)
-			memcpy(node->early_nonce, nonce, TF_WIRE_NONCE);
 		k = NULL;
 	}
 	pthread_mutex_unlock(&node->lock);
 	tf__keys_free(k);
-}
-
-/* Take the node's early keys, and whether they are keyed already (for
- * *@nonce); NULL if another connect holds them or there are none yet. */
-static struct tf_sess_keys *early_get(struct tf_node *node, bool *ready_p,
-				      uint8_t *nonce)
-{
-	struct tf_sess_keys *k;
-
-	pthread_mutex_lock(&node->lock);
-	k = node->early_keys;
-	/* Keyed ahead in the parent of a fork(): its nonce is the parent's
-	 * too, and a second OPEN under one key and IV would let an
-	 * eavesdropper forge the early key's tags.  Keyed again here. */
-	*ready_p = k && node->early_ready && node->early_gen == tf__fork_gen();
-	if (*ready_p)
-		memcpy(nonce, node->early_nonce, TF_WIRE_NONCE);
-	node->early_keys = NULL;
-	pthread_mutex_unlock(&node->lock);
-	return k;
 }
 
 /*
@@ -406,58 +382,37 @@ static int send_early(struct tf_conn *c, const struct tf_wire_msg *m,
 {
 	struct tf_node *node = c->node;
 	struct tf_sess_keys *ek = c->keys;
-	int ret;
+	int ret = -EMSGSIZE;
 
-	memcpy(c->pre, m->buf, m->len);
-	c->pre_len = m->len;
-	ret = tf__conn_send(c, TF_WIRE_CH_SOCK, open, node->timeout_ms);
+	if (m->len <= sizeof(c->pre)) {
+		memcpy(c->pre, m->buf, m->len);
+		c->pre_len = m->len;
+		ret = tf__conn_send(c, TF_WIRE_CH_SOCK, open, node->timeout_ms);
+	}
 	c->keys = NULL;
 	c->pre_len = 0;
-	early_put(node, ek, NULL);
+	early_put(node, ek);
 	return ret;
 }
 
-/* The nonce and early keys of @c's early OPEN (into c->nonce_c and
- * c->keys): those keyed ahead if there are (early_make), else the node's
- * keyed now for c->nonce_c, else new ones. */
+/* A fresh nonce for @c's early OPEN and its early keys (into c->nonce_c
+ * and c->keys): the node's, keyed again (no allocation), or new ones if
+ * another connect holds them. */
 static int early_take(struct tf_conn *c)
 {
 	struct tf_node *node = c->node;
-	bool ready;
-	int ret;
+	int ret = tf__random_buffered(c->nonce_c, TF_WIRE_NONCE);
 
-	c->keys = early_get(node, &ready, c->nonce_c);
-	if (ready)
-		return 0;
-	ret = tf__random_buffered(c->nonce_c, TF_WIRE_NONCE);
 	if (ret)
 		return ret;
+	pthread_mutex_lock(&node->lock);
+	c->keys = node->early_keys;
+	node->early_keys = NULL;
+	pthread_mutex_unlock(&node->lock);
 	if (c->keys)
 		return tf__keys_early_rekey(node->early_key, c->nonce_c,
 					    c->keys);
 	return tf__keys_early(node->early_key, c->nonce_c, false, &c->keys);
-}
-
-/* Key the node's early keys for the next early OPEN's nonce while this
- * one waits for the server (an HMAC and an AES key schedule; no
- * allocation, which here made the heap grow and shrink: brk calls on
- * later connects). */
-static void early_make(struct tf_node *node)
-{
-	uint8_t nonce[TF_WIRE_NONCE];
-	struct tf_sess_keys *k;
-	bool ready;
-
-	k = early_get(node, &ready, nonce);
-	if (!k)
-		return;
-	if (!ready && (tf__random_buffered(nonce, sizeof(nonce)) ||
-		       tf__keys_early_rekey(node->early_key, nonce, k))) {
-		early_put(node, k, NULL);
-		return;
-	}
-	early_put(node, k, nonce);
-	explicit_bzero(nonce, sizeof(nonce));
 }
 
 /*
@@ -640,7 +595,8 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	const struct tf_sess_addr *a;
 	uint8_t blob[TF_QP_ADDR_MAX], ctl[TF_QP_ADDR_MAX];
 	size_t blob_len = sizeof(blob), ctl_len = sizeof(ctl);
-	bool auth = node->psk_len != 0, early = auth && node->psk_early_send;
+	bool auth = node->psk_len != 0;
+	bool early = auth && node->replay.window_ns != 0;
 	bool taken = false;
 	struct tf_wire_msg m, om;
 	struct tf_session *s;
@@ -696,8 +652,6 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 			 * makes its answer. */
 			if (!ret && !node->early_addr)
 				tf__stock_refill(node);
-			if (!ret)
-				early_make(node);
 		} else if (!ret) {
 			ret = tf__wire_send(fd, &m, node->timeout_ms);
 			if (!ret)

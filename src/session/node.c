@@ -310,16 +310,11 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 	if (!ret)
 		ret = tf__peers_init(node);
 	if (!ret && node->psk_len) {
-		uint64_t win =
-			(uint64_t)cfg->session_psk_early_window_ms * 1000000;
-
-		node->psk_early_send = win != 0;
-		ret = tf__replay_init(&node->replay,
-				      (unsigned)cfg->session_psk_early_max,
-				      win);
-		if (!ret)
-			ret = tf__early_key_new(node->psk, node->psk_len,
-						&node->early_key);
+		tf__replay_init(
+			&node->replay, (unsigned)cfg->session_psk_early_max,
+			(uint64_t)cfg->session_psk_early_window_ms * 1000000);
+		ret = tf__early_key_new(node->psk, node->psk_len,
+					&node->early_key);
 	}
 	if (ret)
 		goto err_free;

@@ -27,13 +27,12 @@
 
 #include "session_int.h"
 
-int tf__replay_init(struct tf_replay *r, unsigned cap, uint64_t window_ns)
+void tf__replay_init(struct tf_replay *r, unsigned cap, uint64_t window_ns)
 {
 	memset(r, 0, sizeof(*r));
 	pthread_mutex_init(&r->lock, NULL);
 	r->window_ns = window_ns;
 	r->cap = window_ns ? cap : 0; /* 0: off, every HELLO is challenged */
-	return 0;
 }
 
 /* The record's memory, at the first early OPEN (a node that only

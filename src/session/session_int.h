@@ -211,7 +211,7 @@ enum tf_replay_verdict {
 	TF_REPLAY_FULL,	 /* no room left */
 	TF_REPLAY_OFF,	 /* the node takes none */
 };
-int tf__replay_init(struct tf_replay *r, unsigned cap, uint64_t window_ns);
+void tf__replay_init(struct tf_replay *r, unsigned cap, uint64_t window_ns);
 void tf__replay_fini(struct tf_replay *r);
 /* Record @nonce if its early OPEN may be taken (TF_REPLAY_FRESH), the
  * client's and this side's realtime clocks being @sent_ns and @now_ns.
@@ -305,19 +305,14 @@ struct tf_node {
 	atomic_ullong grants_made, grants_taken, grants_dropped;
 	atomic_ullong remote_inv, remote_inv_missed;
 	atomic_ullong psk_early, psk_early_refused;
-	/* With a pre-shared key: send an early OPEN (client); the early
-	 * OPENs taken (server, replay.c). */
-	bool psk_early_send;
-	struct tf_early_key *early_key; /* with a key (seal.c) */
+	/* With a pre-shared key: the key early OPENs are sealed with (seal.c);
+	 * the early OPENs taken (server; its window_ns, the setting, also
+	 * says whether a client sends them: replay.c).  Client: one early
+	 * key object, keyed again for each connect's nonce (no allocation);
+	 * under the lock, a connect takes it and gives it back. */
+	struct tf_early_key *early_key;
 	struct tf_replay replay;
-	/* Client: the early keys, kept from one connect to the next and
-	 * keyed again (no allocation); early_ready: keyed already for
-	 * early_nonce, while a connect waited (connect.c).  Under the
-	 * lock; a connect takes them, and gives them back. */
 	struct tf_sess_keys *early_keys;
-	bool early_ready;
-	unsigned early_gen; /* tf__fork_gen() when keyed ahead */
-	uint8_t early_nonce[TF_WIRE_NONCE];
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;
 };

@@ -168,7 +168,10 @@ typedef struct tf_context_stats {
 	 * pair to it; one per peer CQ it woke directly, closed with the
 	 * queue pair; 0 elsewhere). */
 	uint64_t wake_fds;
-	uint64_t reserved[12];
+	/* Soft provider: bytes of queue memory of destroyed queue pairs and
+	 * CQs kept for new ones (TOLLFREE_SOFT_QUEUE_CACHE; 0 elsewhere). */
+	uint64_t queue_cache_bytes;
+	uint64_t reserved[11];
 } tf_context_stats_t;
 
 /*

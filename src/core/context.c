@@ -445,6 +445,7 @@ int tf_context_query_stats(tf_context_t *ctx, tf_context_stats_t *s)
 	s->xlate_evictions = LOAD(xlate_evictions);
 	s->cq_wakes_direct = LOAD(cq_wakes_direct);
 	s->wake_fds = LOAD(wake_fds);
+	s->queue_cache_bytes = LOAD(queue_cache_bytes);
 	tf__stats_objects(ctx, s);
 	return 0;
 }

@@ -92,6 +92,10 @@
 	   "keeps for its next ones, and peer queue pairs' segments it "       \
 	   "keeps mapped per peer context, so that a new connection to a "     \
 	   "kept peer makes no system call for segments (0: none kept)")       \
+	XX(soft, QUEUE_CACHE, soft_queue_cache, UINT, "8",                     \
+	   "Queue memory (WQE rings, SGEs, inline buffers, CQ rings) of "      \
+	   "destroyed queue pairs and CQs a context keeps for new ones of "    \
+	   "the same sizes, of each kind (0: none kept; at most 64)")          \
 	XX(soft, XLATE_ENTRIES, soft_xlate_entries, UINT, "0",                 \
 	   "Translation-cache model: page translations resident on the "       \
 	   "modelled NIC.  The model is on when this or XLATE_MISS_NS is "     \

@@ -155,6 +155,7 @@ static int soft_context_open(const struct tf_config *cfg,
 	}
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->progress_lock, NULL);
+	soft_qmem_init(ctx);
 	ret = soft_tpt_init(ctx);
 	if (ret)
 		goto err_locks;
@@ -211,6 +212,7 @@ err_wake:
 err_tpt:
 	soft_tpt_fini(ctx);
 err_locks:
+	soft_qmem_fini(ctx);
 	pthread_mutex_destroy(&ctx->progress_lock);
 	pthread_mutex_destroy(&ctx->lock);
 err_tabs:
@@ -244,6 +246,7 @@ static void soft_context_close(struct tf_context *base)
 	close(ctx->wake_efd);
 	soft_xlate_fini(ctx);
 	soft_tpt_fini(ctx);
+	soft_qmem_fini(ctx);
 	pthread_mutex_destroy(&ctx->progress_lock);
 	pthread_mutex_destroy(&ctx->lock);
 	tf__free(ctx->qps);

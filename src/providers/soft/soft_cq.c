@@ -74,7 +74,7 @@ int soft_cq_create(struct tf_context *base, uint32_t depth, struct tf_cq **cq_p)
 	if (!cq)
 		return -ENOMEM;
 	cq->size = soft_pow2(depth);
-	cq->ring = tf__calloc(cq->size, sizeof(*cq->ring));
+	cq->ring = soft_cqmem_get(soft_ctx_of(base), cq->size);
 	if (!cq->ring) {
 		ret = -ENOMEM;
 		goto err_free;
@@ -92,7 +92,7 @@ int soft_cq_create(struct tf_context *base, uint32_t depth, struct tf_cq **cq_p)
 	return 0;
 
 err_ring:
-	tf__free(cq->ring);
+	soft_cqmem_put(soft_ctx_of(base), cq->ring, cq->size);
 err_free:
 	tf__free(cq);
 	return ret;
@@ -118,7 +118,7 @@ int soft_cq_destroy(struct tf_cq *base)
 	wake_slot_put(soft_ctx_of(base->ctx), cq);
 	close(cq->efd);
 	pthread_spin_destroy(&cq->lock);
-	tf__free(cq->ring);
+	soft_cqmem_put(soft_ctx_of(base->ctx), cq->ring, cq->size);
 	tf__free(cq);
 	return 0;
 }

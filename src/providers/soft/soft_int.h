@@ -425,6 +425,25 @@ struct soft_xlate {
 #define SOFT_TP_SHM 1u
 #define SOFT_TP_TCP 2u
 
+/* The queue memory of a QP, or a CQ's ring, kept by its context for a
+ * new one of the same sizes (soft_qmem.c). */
+struct soft_qmem {
+	uint32_t sq_size, rq_size, max_sge, max_inline; /* the sizes */
+	struct soft_swqe *sq;
+	struct soft_rwqe *rq;
+	struct tf_sge *sq_sge, *rq_sge;
+	uint8_t *sq_inline;
+};
+
+struct soft_cqmem {
+	struct tf_wc *ring;
+	uint32_t size;
+};
+
+/* The most sets of each kind a context keeps (TOLLFREE_SOFT_QUEUE_CACHE
+ * is capped to it). */
+#define SOFT_QMEM_MAX 64
+
 struct soft_ctx {
 	struct tf_context base;
 	pthread_mutex_t lock;	       /* TPT allocation, shmem table */
@@ -491,6 +510,11 @@ struct soft_ctx {
 	pthread_t progress_thread;
 	bool progress_running;
 	atomic_bool progress_stop;
+	/* Queue memory of destroyed QPs and CQs (soft_qmem.c; qmem_lock). */
+	pthread_mutex_t qmem_lock;
+	uint32_t qmem_cap, n_qmem, n_cqmem;
+	struct soft_qmem qmem[SOFT_QMEM_MAX];
+	struct soft_cqmem cqmem[SOFT_QMEM_MAX];
 };
 
 static inline struct soft_swqe *soft_sq_wqe(struct soft_qp *qp, uint32_t i)
@@ -796,6 +820,18 @@ int soft_xlate_init(struct soft_ctx *ctx);
 void soft_xlate_fini(struct soft_ctx *ctx);
 void soft_xlate_insert(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
 void soft_xlate_remove(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
+
+/* Queue memory (soft_qmem.c).  soft_qmem_get fills @m's arrays for its
+ * sizes (kept ones, not cleared, or new ones, zeroed, each WQE pointing
+ * at its SGEs): 0 or -ENOMEM.  soft_qmem_put keeps them or frees them,
+ * and clears @m.  soft_cqmem_get returns a ring of @size entries or NULL;
+ * soft_cqmem_put keeps or frees one. */
+void soft_qmem_init(struct soft_ctx *ctx);
+void soft_qmem_fini(struct soft_ctx *ctx);
+int soft_qmem_get(struct soft_ctx *ctx, struct soft_qmem *m);
+void soft_qmem_put(struct soft_ctx *ctx, struct soft_qmem *m);
+struct tf_wc *soft_cqmem_get(struct soft_ctx *ctx, uint32_t size);
+void soft_cqmem_put(struct soft_ctx *ctx, struct tf_wc *ring, uint32_t size);
 
 int soft_qp_create(struct tf_pd *pd, const struct tf_qp *attr,
 		   struct tf_qp **qp_p);

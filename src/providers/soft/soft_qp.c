@@ -423,6 +423,44 @@ void soft_wqe_gather(const struct soft_swqe *wqe, uint64_t off, void *dst,
 
 /* ------------------------------------------------------------ QP objects */
 
+/* @qp's queues for its sizes (soft_qmem.c). */
+static int qp_mem_get(struct soft_qp *qp)
+{
+	struct soft_qmem m = {.sq_size = qp->sq_size,
+			      .rq_size = qp->rq_size,
+			      .max_sge = qp->base.max_sge,
+			      .max_inline = qp->base.max_inline_data};
+	int ret = soft_qmem_get(qp->ctx, &m);
+
+	if (ret)
+		return ret;
+	qp->sq = m.sq;
+	qp->rq = m.rq;
+	qp->sq_sge = m.sq_sge;
+	qp->rq_sge = m.rq_sge;
+	qp->sq_inline = m.sq_inline;
+	return 0;
+}
+
+static void qp_mem_put(struct soft_qp *qp)
+{
+	struct soft_qmem m = {.sq_size = qp->sq_size,
+			      .rq_size = qp->rq_size,
+			      .max_sge = qp->base.max_sge,
+			      .max_inline = qp->base.max_inline_data,
+			      .sq = qp->sq,
+			      .rq = qp->rq,
+			      .sq_sge = qp->sq_sge,
+			      .rq_sge = qp->rq_sge,
+			      .sq_inline = qp->sq_inline};
+
+	soft_qmem_put(qp->ctx, &m);
+	qp->sq = NULL;
+	qp->rq = NULL;
+	qp->sq_sge = qp->rq_sge = NULL;
+	qp->sq_inline = NULL;
+}
+
 /* Queues are allocated whole at create time (power-of-two rings of the
  * requested depth), so that posting never allocates. */
 int soft_qp_create(struct tf_pd *pd, const struct tf_qp *attr,
@@ -451,24 +489,9 @@ int soft_qp_create(struct tf_pd *pd, const struct tf_qp *attr,
 	qp->sq_size = soft_pow2(attr->max_send_wr);
 	qp->rq_size = soft_pow2(attr->max_recv_wr);
 	qp->shm_seg_fd = -1;
-	qp->sq = tf__calloc(qp->sq_size, sizeof(*qp->sq));
-	qp->rq = tf__calloc(qp->rq_size, sizeof(*qp->rq));
-	qp->sq_sge = tf__calloc((size_t)qp->sq_size * attr->max_sge,
-				sizeof(struct tf_sge));
-	qp->rq_sge = tf__calloc((size_t)qp->rq_size * attr->max_sge,
-				sizeof(struct tf_sge));
-	if (attr->max_inline_data)
-		qp->sq_inline =
-			tf__malloc((size_t)qp->sq_size * attr->max_inline_data);
-	if (!qp->sq || !qp->rq || !qp->sq_sge || !qp->rq_sge ||
-	    (attr->max_inline_data && !qp->sq_inline)) {
-		ret = -ENOMEM;
+	ret = qp_mem_get(qp);
+	if (ret)
 		goto err_free;
-	}
-	for (uint32_t i = 0; i < qp->sq_size; i++)
-		qp->sq[i].sge = &qp->sq_sge[(size_t)i * attr->max_sge];
-	for (uint32_t i = 0; i < qp->rq_size; i++)
-		qp->rq[i].sge = &qp->rq_sge[(size_t)i * attr->max_sge];
 	if (ctx->want_shm) {
 		ret = soft_shm_qp_init(qp);
 		if (ret)
@@ -502,11 +525,7 @@ int soft_qp_create(struct tf_pd *pd, const struct tf_qp *attr,
 err_shm:
 	soft_shm_qp_destroy(qp);
 err_free:
-	tf__free(qp->sq_inline);
-	tf__free(qp->rq_sge);
-	tf__free(qp->sq_sge);
-	tf__free(qp->rq);
-	tf__free(qp->sq);
+	qp_mem_put(qp);
 	tf__free(qp);
 	return ret;
 }
@@ -549,11 +568,7 @@ int soft_qp_destroy(struct tf_qp *base)
 	soft_cq_clean((struct soft_cq *)qp->base.send_cq, &qp->base);
 	if (qp->base.recv_cq != qp->base.send_cq)
 		soft_cq_clean((struct soft_cq *)qp->base.recv_cq, &qp->base);
-	tf__free(qp->sq_inline);
-	tf__free(qp->rq_sge);
-	tf__free(qp->sq_sge);
-	tf__free(qp->rq);
-	tf__free(qp->sq);
+	qp_mem_put(qp);
 	tf__free(qp);
 	return 0;
 }

@@ -242,7 +242,7 @@ int main(void)
 {
 	const char *e = getenv("TF_TEST_SESSIONS");
 	const char *es = getenv("TF_TEST_SECONDS");
-	double budget_s = es ? atof(es) : 50.0;
+	double budget_s = 50.0;
 	int n, warm;
 	static struct sample s0, s1;
 	struct tf_pair p;
@@ -260,6 +260,13 @@ int main(void)
 	mallopt(M_ARENA_MAX, 1);
 #endif
 	tf_test_begin("conf_session_many");
+	if (es) {
+		char *end;
+
+		budget_s = strtod(es, &end);
+		CHECKF(end != es && !*end && budget_s > 0,
+		       "TF_TEST_SECONDS='%s': expected a positive number", es);
+	}
 	tf_test_pair_open(&p);
 	/* On rxe in an emulated guest a session takes ~50-100 ms. */
 	if (e)

@@ -57,9 +57,8 @@ struct tf_context {
 	 * them, and registrations refused by cfg.max_pinned (objects.c). */
 	atomic_ullong pinned_bytes, pinned_refused;
 	atomic_ullong mw_bind, mw_inval, qp_created, qp_errors;
-	atomic_ullong cq_wakes_direct,
-		wake_fds; /* soft: tf_context_stats_t's */
-	atomic_ullong queue_cache_bytes; /* soft: tf_context_stats_t's */
+	/* Soft provider only: tf_context_stats_t's. */
+	atomic_ullong cq_wakes_direct, wake_fds, queue_cache_bytes;
 	atomic_ullong remote_access_denied;
 	atomic_ullong xlate_hits, xlate_misses, xlate_evictions;
 	/* Core only.  The per-operation counters (send_posted, recv_posted,

@@ -177,7 +177,8 @@ static bool zero_keeps_none(void)
 
 int main(void)
 {
-	/* Round counts: more than one lap of nothing, different each. */
+	/* SENDs per round, a different count each, so that a round's slots
+	 * held other work requests the round before. */
 	static const uint32_t nmsg[ROUNDS] = {30, 3, 17, 8};
 	struct side a = {0}, b = {0};
 	uint64_t kept = 0;

@@ -7,7 +7,9 @@
  * socket.  It goes through a socketpair into tf__wire_rx_step, the real
  * non-blocking receive state machine (header, extra header bytes a later
  * version may add, body), in chunks whose size the input chooses so that
- * partial reads are exercised.  Every complete message is then given to
+ * partial reads are exercised; every other message is read with
+ * tf__wire_rx_step_ahead, which takes what follows it too and hands it
+ * to the next read.  Every complete message is then given to
  * every body parser (tf__wire_parse_*, the functions listener.c, connect.c
  * and session.c call): all but the one of its op must refuse it, and what
  * that one accepts must lie inside the body, within the format's bounds,
@@ -382,6 +384,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct tf_wire_rx rx;
 	size_t chunk, off = 0;
+	unsigned nmsg = 0;
 	bool handshake, shut = false;
 	int sv[2], guard = 0;
 
@@ -401,7 +404,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	 * buffer, so the writes below never block. */
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
 		return 0;
-	tf__wire_rx_reset(&rx);
+	memset(&rx, 0, sizeof(rx));
 	for (;;) {
 		int ret;
 
@@ -415,12 +418,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			shutdown(sv[0], SHUT_WR);
 			shut = true;
 		}
-		ret = tf__wire_rx_step(sv[1], &rx);
+		/* Every other message is read with what follows it read
+		 * ahead (the listener's HELLO, the client's CHALLENGE). */
+		ret = nmsg & 1 ? tf__wire_rx_step_ahead(sv[1], &rx, SIZE_MAX)
+			       : tf__wire_rx_step(sv[1], &rx);
 		if (ret < 0)
 			break;
 		if (ret == 1) {
 			decode(&rx, handshake);
 			tf__wire_rx_reset(&rx);
+			nmsg++;
 			continue;
 		}
 		/* 0: more bytes needed; after EOF the socket says so. */

@@ -3,7 +3,8 @@
  * session_handshake: the bootstrap rejects what it must and keeps serving.
  * Side B runs a listener with a pre-shared key and a 300 ms handshake
  * timeout; side A, with raw sockets, sends: garbage, a wrong version, an
- * oversized body, a truncated header, a truncated body, a short HELLO, an
+ * oversized body, a short HELLO, bytes behind a HELLO and behind an early
+ * OPEN in the same write, a truncated header, a truncated body, an
  * unsealed OPEN and a forged sealed OPEN after the key challenge, a
  * keyless HELLO carrying a QP; and connects with a wrong key, with no
  * key, and with a silent socket held open.  Every bad peer gets a REJECT
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "session_util.h"
+#include "util.h"
 #include "wire_int.h"
 
 static const char key[] = "correct horse battery staple";
@@ -148,6 +150,41 @@ static void client(struct tf_pair *p)
 	send_all(fd, b, 24);
 	expect_reject(fd, TF_EWIRE);
 	good(node, "short hello");
+
+	/* Bytes behind a HELLO in its write (the server reads them with
+	 * it): only an early OPEN may follow it before the answer.  Behind
+	 * a classic HELLO, and behind an early OPEN, anything is refused
+	 * before the OPEN is looked at. */
+	for (int early = 0; early < 2; early++) {
+		static uint8_t w[2 * sizeof(m.buf)];
+		size_t wl;
+
+		fd = raw_connect();
+		tf__wire_init(&m, TF_WIRE_HELLO);
+		tf__wire_put_bytes(&m, nonce, sizeof(nonce));
+		tf__wire_put_u8(&m, TF_WIRE_HELLO_AUTH |
+					    (early ? TF_WIRE_HELLO_EARLY : 0));
+		if (early)
+			tf__wire_put_u64(&m, tf__realtime_ns());
+		CHECK_OK(tf__wire_finish(&m));
+		memcpy(w, m.buf, m.len);
+		wl = m.len;
+		if (early) {
+			/* Its seal is not looked at: any bytes do. */
+			tf__wire_init(&m, TF_WIRE_OPEN);
+			memset(b, 0x5a, sizeof(b));
+			tf__wire_put_bytes(&m, b, 40);
+			CHECK_OK(tf__wire_finish(&m));
+			tf__wire_set_sealed(&m, m.len - TF_WIRE_HDR_SIZE);
+			memcpy(w + wl, m.buf, m.len);
+			wl += m.len;
+		}
+		memset(w + wl, 0x41, 20);
+		send_all(fd, w, wl + 20);
+		expect_reject(fd, TF_EWIRE);
+		good(node, early ? "bytes behind an early OPEN"
+				 : "bytes behind a HELLO");
+	}
 
 	/* Truncated header, then silence: dropped at the deadline. */
 	fd = raw_connect();
@@ -290,9 +327,10 @@ static void server(struct tf_pair *p)
 		     "%llu failed proofs",
 		     goods, (unsigned long long)st.handshake_rejects,
 		     (unsigned long long)st.auth_failures);
-	CHECK(goods == 12);
-	/* 6 malformed + truncated header + truncated body + silent. */
-	CHECKF(st.handshake_rejects >= 9, "%llu rejects",
+	CHECK(goods == 14);
+	/* 6 malformed + 2 with bytes behind + truncated header + truncated
+	 * body + silent. */
+	CHECKF(st.handshake_rejects >= 11, "%llu rejects",
 	       (unsigned long long)st.handshake_rejects);
 	/* Unsealed OPEN, forged seal, keyless HELLO, the wrong-key client
 	 * (leaves after the challenge) and the keyless client. */

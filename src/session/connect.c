@@ -187,7 +187,7 @@ next:
 			ret = tf__wire_recv_spin(
 				c->fd, &c->rx, s->node->ctx->cfg.poll_spin_us,
 				s->node->ctx->cfg.poll_spin_yield_us,
-				s->node->timeout_ms);
+				s->node->timeout_ms, 0);
 		if (ret < 0)
 			return addr_err ? addr_err : ret;
 		ret = tf__conn_open(c, tf__sess_channel(s));
@@ -306,9 +306,15 @@ static int client_challenge(struct tf_conn *c, bool early, bool *taken_p)
 	struct tf_wire_challenge ch;
 	int ret;
 
+	/* After an early OPEN the server's ACCEPT may follow its CHALLENGE
+	 * in the same write: its fixed header comes with the CHALLENGE's
+	 * body, in one recv.  No more: a message sealed under the keys has
+	 * a body, so what is read ahead is never a whole message, and it is
+	 * the first thing client_accept reads. */
 	ret = tf__wire_recv_spin(c->fd, &c->rx, node->ctx->cfg.poll_spin_us,
 				 node->ctx->cfg.poll_spin_yield_us,
-				 node->timeout_ms);
+				 node->timeout_ms,
+				 early ? TF_WIRE_HDR_SIZE : 0);
 	if (ret < 0)
 		return ret;
 	ret = server_refused(c);

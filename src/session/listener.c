@@ -613,6 +613,14 @@ static int server_hello(struct tf_listener *l, struct tf_conn *c,
 					    "this server has none");
 		return -TF_EAUTH;
 	}
+	/* The HELLO was read ahead (accept_new, serve_conn): behind it in
+	 * the client's write may come its early OPEN and nothing else, since
+	 * a client waits for the answer.  Bytes held there for anything else
+	 * would never be read before this connection sleeps. */
+	if (c->rx.ahead_len && !hello.early) {
+		tf_log_warn(S, "handshake: bytes behind the HELLO");
+		return -TF_EWIRE;
+	}
 	memcpy(c->nonce_c, hello.nonce, TF_WIRE_NONCE);
 	if (!node->psk_len)
 		return server_open_new(l, c, &hello.open, params, s_p);
@@ -833,6 +841,8 @@ static int serve_conn(struct tf_listener *l, struct tf_conn *c,
 		 * on its socket but its end. */
 		if (c->hs == TF_CONN_IDLE && c->ctl.ready)
 			ret = tf__ctl_tcp_check(c);
+		else if (c->hs == TF_CONN_WAIT_HELLO)
+			ret = tf__wire_rx_step_ahead(c->fd, &c->rx, SIZE_MAX);
 		else
 			ret = tf__wire_rx_step(c->fd, &c->rx);
 	}
@@ -842,11 +852,18 @@ again:
 	if (ret < 0)
 		goto err;
 	if (c->hs == TF_CONN_WAIT_EARLY) {
-		bool taken;
+		bool taken = false;
 
 		/* Taken: the OPEN is open in c->rx, and served as a sealed
-		 * one is below; not taken: the client sends it again. */
-		ret = server_early(c, &taken);
+		 * one is below; not taken: the client sends it again.  It
+		 * ends the client's first write (server_hello). */
+		if (c->rx.ahead_len) {
+			tf_log_warn(S, "handshake: bytes behind the early "
+				       "OPEN");
+			ret = -TF_EWIRE;
+		} else {
+			ret = server_early(c, &taken);
+		}
 		if (!ret && taken)
 			ret = tf__peers_session_get(l->node, &c->peer, &pe);
 		if (!ret && taken)
@@ -1115,7 +1132,8 @@ static bool pending_add(struct tf_listener *l, struct tf_conn *c, bool watch)
  * listening socket stays readable in the epoll set while more wait, and
  * the handshakes already running are served in between.  A client sends
  * its HELLO right after it connects: it is read at once, into the
- * connection's rx, and *@r_p says how far that went (tf__wire_rx_step).
+ * connection's rx, with what its write carried behind it (an early OPEN:
+ * tf__wire_rx_step_ahead), and *@r_p says how far that went.
  * Only while it is not whole (0) does the connection join the epoll set;
  * otherwise the caller serves it (a system call each way saved on the
  * server's answer, and a bad header is answered as from serve_conn). */
@@ -1154,7 +1172,7 @@ static bool accept_new(struct tf_listener *l, struct tf_conn **c_p, int *r_p)
 	/* A client sends its HELLO right after it connects: a connection
 	 * that does not gets the shortest deadline. */
 	c->deadline_ns = c->born_ns + hello_ms * 1000000;
-	r = tf__wire_rx_step(fd, &c->rx);
+	r = tf__wire_rx_step_ahead(fd, &c->rx, SIZE_MAX);
 	if (!pending_add(l, c, r == 0))
 		return dropped;
 	*c_p = c;

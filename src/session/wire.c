@@ -307,7 +307,7 @@ void tf__wire_rx_reset(struct tf_wire_rx *rx)
 	rx->have_hdr = false;
 }
 
-int tf__wire_rx_step(int fd, struct tf_wire_rx *rx)
+static int rx_step(int fd, struct tf_wire_rx *rx, size_t ahead)
 {
 	for (;;) {
 		size_t want,
@@ -327,7 +327,27 @@ int tf__wire_rx_step(int fd, struct tf_wire_rx *rx)
 		} else {
 			return 1;
 		}
-		n = recv(fd, dst, want, MSG_DONTWAIT);
+		if (rx->ahead_len) {
+			/* Read ahead before: the stream's next bytes. */
+			n = (ssize_t)(want < rx->ahead_len ? want
+							   : rx->ahead_len);
+			memcpy(dst, rx->ahead + rx->ahead_off, (size_t)n);
+			rx->ahead_off += (uint32_t)n;
+			rx->ahead_len -= (uint32_t)n;
+		} else if (ahead && want < TF_WIRE_AHEAD) {
+			size_t ask = ahead < TF_WIRE_AHEAD - want
+					     ? want + ahead
+					     : TF_WIRE_AHEAD;
+
+			n = recv(fd, rx->ahead, ask, MSG_DONTWAIT);
+			if (n > 0) {
+				rx->ahead_off = 0;
+				rx->ahead_len = (uint32_t)n;
+				continue;
+			}
+		} else {
+			n = recv(fd, dst, want, MSG_DONTWAIT);
+		}
 		if (n == 0)
 			return -ECONNRESET;
 		if (n < 0) {
@@ -349,14 +369,24 @@ int tf__wire_rx_step(int fd, struct tf_wire_rx *rx)
 	}
 }
 
+int tf__wire_rx_step(int fd, struct tf_wire_rx *rx)
+{
+	return rx_step(fd, rx, 0);
+}
+
+int tf__wire_rx_step_ahead(int fd, struct tf_wire_rx *rx, size_t ahead)
+{
+	return rx_step(fd, rx, ahead);
+}
+
 int tf__wire_recv_spin(int fd, struct tf_wire_rx *rx, unsigned spin_us,
-		       unsigned yield_us, int timeout_ms)
+		       unsigned yield_us, int timeout_ms, size_t ahead)
 {
 	uint64_t start = tf__now_ns(), yielded = start;
 	uint64_t deadline = start + (uint64_t)timeout_ms * 1000000;
 
 	for (;;) {
-		int ret = tf__wire_rx_step(fd, rx);
+		int ret = rx_step(fd, rx, ahead);
 		uint64_t now;
 
 		if (ret)
@@ -378,7 +408,7 @@ int tf__wire_recv_spin(int fd, struct tf_wire_rx *rx, unsigned spin_us,
 
 int tf__wire_recv(int fd, struct tf_wire_rx *rx, int timeout_ms)
 {
-	return tf__wire_recv_spin(fd, rx, 0, 0, timeout_ms);
+	return tf__wire_recv_spin(fd, rx, 0, 0, timeout_ms, 0);
 }
 
 /* ----------------------------------------------------------- bodies */

@@ -101,6 +101,14 @@
  * after the client proved the key (its OPEN opened) and its nonce was
  * found fresh.
  *
+ * A server reads a new connection's first write at once, in as few
+ * system calls as it takes (tf__wire_rx_step_ahead): the HELLO and, if
+ * it has TF_WIRE_HELLO_EARLY, the OPEN behind it.  A client sends nothing
+ * more before the answer, so anything else read behind them is refused
+ * (REJECT -TF_EWIRE) before the OPEN is looked at.  The client reads the
+ * CHALLENGE that answers an early OPEN with the fixed header of what
+ * follows it (the sealed ACCEPT: never a whole message).
+ *
  * Then, in either direction while the session lives:
  *        EXPOSE     u16 n, n * exposure
  *        CLOSE      (empty): the sender revoked everything it exposed
@@ -237,13 +245,22 @@ struct tf_wire_msg {
 	bool overflow;
 };
 
-/* A message being received (possibly a byte at a time, non-blocking). */
+/* The most bytes a read ahead takes in one recv (tf__wire_rx_step_ahead). */
+#define TF_WIRE_AHEAD 1024
+
+/* A message being received (possibly a byte at a time, non-blocking).
+ * Zero it before its first use: the bytes read ahead (ahead_len of them,
+ * from ahead_off) belong to the stream and go into the next message
+ * before anything more is read from the socket; tf__wire_rx_reset keeps
+ * them. */
 struct tf_wire_rx {
 	uint8_t hdr[TF_WIRE_MAX_HDR];
 	uint8_t body[TF_WIRE_MAX_BODY];
 	size_t got; /* bytes of header (up to hdr_size) plus body */
 	struct tf_wire_hdr h;
 	bool have_hdr;
+	uint8_t ahead[TF_WIRE_AHEAD];
+	uint32_t ahead_off, ahead_len;
 };
 
 /* A cursor over a received body. */
@@ -298,13 +315,26 @@ int tf__wire_send_pre(int fd, const uint8_t *pre, size_t pre_len,
  * bad header, or -errno.
  */
 int tf__wire_rx_step(int fd, struct tf_wire_rx *rx);
+/*
+ * As tf__wire_rx_step, but each recv also asks for up to @ahead bytes
+ * beyond the message (at most TF_WIRE_AHEAD in all), kept in @rx for the
+ * next message: a message and what the peer sent behind it in the same
+ * write cost one system call instead of two each (a header, then a
+ * body).  Only where the next message is read without sleeping on @fd in
+ * between, or where whatever is read ahead cannot be a whole message
+ * (@ahead < TF_WIRE_HDR_SIZE + the least body that can follow): a whole
+ * message held in @rx makes @fd no more readable, and a sleeper would
+ * wait for it in vain.
+ */
+int tf__wire_rx_step_ahead(int fd, struct tf_wire_rx *rx, size_t ahead);
 /* As tf__wire_rx_step, waiting up to @timeout_ms in all; -ETIMEDOUT. */
 int tf__wire_recv(int fd, struct tf_wire_rx *rx, int timeout_ms);
 /* As tf__wire_recv, reading without waiting for the first @spin_us (and
- * yielding every @yield_us of it: tf__spin_pause). */
+ * yielding every @yield_us of it: tf__spin_pause), and reading @ahead
+ * bytes ahead (tf__wire_rx_step_ahead; 0: none). */
 int tf__wire_recv_spin(int fd, struct tf_wire_rx *rx, unsigned spin_us,
-		       unsigned yield_us, int timeout_ms);
-/* Reset @rx for the next message. */
+		       unsigned yield_us, int timeout_ms, size_t ahead);
+/* Reset @rx for the next message (what was read ahead stays). */
 void tf__wire_rx_reset(struct tf_wire_rx *rx);
 
 /* ------------------------------------------------------------- seal.c */

@@ -105,15 +105,15 @@ static void record_alone(void)
 
 static const char key[] = "the replay test's key";
 
-/* @taken early OPENs taken and @not not, as @node counted them. */
-static void check_early(tf_node_t *node, unsigned taken, unsigned not,
+/* @taken early OPENs taken and @refused not, as @node counted them. */
+static void check_early(tf_node_t *node, unsigned taken, unsigned refused,
 			const char *who)
 {
 	tf_node_stats_t st;
 
 	CHECK_OK(tf_node_query_stats(node, &st));
-	CHECKF(st.psk_early == taken &&
-		       st.psk_early_refused == not &&!st.auth_failures,
+	CHECKF(st.psk_early == taken && st.psk_early_refused == refused &&
+		       !st.auth_failures,
 	       "%s: early OPENs %llu taken, %llu not; %llu auth failures", who,
 	       (unsigned long long)st.psk_early,
 	       (unsigned long long)st.psk_early_refused,

@@ -146,17 +146,6 @@ static void sends(struct side *a, tf_cq_t *ca, tf_qp_t *qa, struct side *b,
 		}
 }
 
-static void connect_pair(tf_qp_t *qa, tf_qp_t *qb)
-{
-	uint8_t ab[TF_QP_ADDR_MAX], bb[TF_QP_ADDR_MAX];
-	size_t al = sizeof(ab), bl = sizeof(bb);
-
-	CHECK_OK(tf_qp_get_addr(qa, ab, &al));
-	CHECK_OK(tf_qp_get_addr(qb, bb, &bl));
-	CHECK_OK(tf_qp_connect(qa, bb, bl));
-	CHECK_OK(tf_qp_connect(qb, ab, al));
-}
-
 /* With TOLLFREE_SOFT_QUEUE_CACHE=0: nothing kept. */
 static bool zero_keeps_none(void)
 {
@@ -214,7 +203,7 @@ int main(void)
 		       (unsigned long long)cache_bytes(&a));
 		if (r)
 			CHECK(cache_bytes(&a) == 0);
-		connect_pair(qa, qb);
+		tf_test_qp_connect_local(qa, qb);
 		sends(&a, ca, qa, &b, cb, qb, r, nmsg[r]);
 		CHECK_OK(tf_qp_destroy(qa));
 		CHECK_OK(tf_qp_destroy(qb));

@@ -131,17 +131,6 @@ static void blob_checks(void)
 
 /* ------------------------------------------------------------ loopback */
 
-static void connect_pair(tf_qp_t *a, tf_qp_t *b)
-{
-	uint8_t ba[TF_QP_ADDR_MAX], bb[TF_QP_ADDR_MAX];
-	size_t la = sizeof(ba), lb = sizeof(bb);
-
-	CHECK_OK(tf_qp_get_addr(a, ba, &la));
-	CHECK_OK(tf_qp_get_addr(b, bb, &lb));
-	CHECK_OK(tf_qp_connect(a, bb, lb));
-	CHECK_OK(tf_qp_connect(b, ba, la));
-}
-
 static void one_sided(tf_qp_t *a, uint8_t *dst, tf_mr_t *dmr, uint8_t *src,
 		      tf_mr_t *smr, size_t n)
 {
@@ -245,7 +234,7 @@ static void loopback(void)
 	unsigned acc = TF_ACCESS_ALL & ~(unsigned)TF_ACCESS_MW_BIND;
 	tf_context_stats_t s0, s1;
 
-	connect_pair(a, b);
+	tf_test_qp_connect_local(a, b);
 	CHECK_OK(tf_mem_alloc(ctx, big, (void **)&m1));
 	CHECK_OK(tf_mem_alloc(ctx, big, (void **)&m2));
 	p1 = malloc(big + 100);
@@ -312,7 +301,7 @@ static void responder_errors(void)
 		struct tf_wc w[2];
 		int got = 0;
 
-		connect_pair(a, b);
+		tf_test_qp_connect_local(a, b);
 		CHECK_OK(tf_post_recv(b, &rwr, NULL));
 		CHECK_OK(tf_post_send(a, &swr, NULL));
 		while (got < 2) {

@@ -44,23 +44,12 @@ static tf_qp_t *new_qp(tf_cq_t *scq, tf_cq_t *rcq)
 	return qp;
 }
 
-static void connect_pair(tf_qp_t *a, tf_qp_t *b)
-{
-	uint8_t ba[TF_QP_ADDR_MAX], bb[TF_QP_ADDR_MAX];
-	size_t la = sizeof(ba), lb = sizeof(bb);
-
-	CHECK_OK(tf_qp_get_addr(a, ba, &la));
-	CHECK_OK(tf_qp_get_addr(b, bb, &lb));
-	CHECK_OK(tf_qp_connect(a, bb, lb));
-	CHECK_OK(tf_qp_connect(b, ba, la));
-}
-
 static void lane_open(struct lane *l)
 {
 	CHECK_OK(tf_cq_create(ctx, NULL, &l->cq));
 	l->a = new_qp(l->cq, l->cq);
 	l->b = new_qp(l->cq, l->cq);
-	connect_pair(l->a, l->b);
+	tf_test_qp_connect_local(l->a, l->b);
 	CHECK_OK(tf_mem_alloc(ctx, 8192, (void **)&l->buf));
 	CHECK_OK(tf_mr_reg(pd, l->buf, 8192,
 			   TF_ACCESS_LOCAL_WRITE | TF_ACCESS_REMOTE_WRITE,
@@ -293,7 +282,7 @@ static void flushes(void)
 	CHECK_OK(tf_cq_create(ctx, NULL, &rcq));
 	c = new_qp(scq, rcq);
 	d = new_qp(scq, scq);
-	connect_pair(c, d);
+	tf_test_qp_connect_local(c, d);
 	CHECK_OK(tf_mem_alloc(ctx, 4096, (void **)&buf));
 	CHECK_OK(tf_mr_reg(pd, buf, 4096, TF_ACCESS_LOCAL_WRITE, &mr));
 	CHECK_OK(tf_context_query_stats(ctx, &s0));

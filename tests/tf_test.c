@@ -727,6 +727,17 @@ void tf_test_qp_close(struct tf_test_qp *q)
 	q->own_cqs = false;
 }
 
+void tf_test_qp_connect_local(tf_qp_t *a, tf_qp_t *b)
+{
+	uint8_t ba[TF_QP_ADDR_MAX], bb[TF_QP_ADDR_MAX];
+	size_t la = sizeof(ba), lb = sizeof(bb);
+
+	CHECK_OK(tf_qp_get_addr(a, ba, &la));
+	CHECK_OK(tf_qp_get_addr(b, bb, &lb));
+	CHECK_OK(tf_qp_connect(a, bb, lb));
+	CHECK_OK(tf_qp_connect(b, ba, la));
+}
+
 void tf_test_qp_reopen(struct tf_pair *p, const tf_qp_params_t *params,
 		       struct tf_test_qp *q)
 {

@@ -231,6 +231,10 @@ void tf_test_qp_close(struct tf_test_qp *q);
 void tf_test_qp_reopen(struct tf_pair *p, const tf_qp_params_t *params,
 		       struct tf_test_qp *q);
 
+/* Connect two QPs of this process to each other (their address blobs
+ * exchanged in memory; no pair needed). */
+void tf_test_qp_connect_local(tf_qp_t *a, tf_qp_t *b);
+
 /* Barrier between the sides (progresses the context while waiting). */
 void tf_test_sync(struct tf_pair *p);
 /* Send/receive exactly @len bytes to/from the peer. */

@@ -423,13 +423,23 @@ void soft_wqe_gather(const struct soft_swqe *wqe, uint64_t off, void *dst,
 
 /* ------------------------------------------------------------ QP objects */
 
-/* @qp's queues for its sizes (soft_qmem.c). */
+/* @qp's queues and their sizes, as soft_qmem.c keeps them. */
+static struct soft_qmem qp_mem(const struct soft_qp *qp)
+{
+	return (struct soft_qmem){.sq_size = qp->sq_size,
+				  .rq_size = qp->rq_size,
+				  .max_sge = qp->base.max_sge,
+				  .max_inline = qp->base.max_inline_data,
+				  .sq = qp->sq,
+				  .rq = qp->rq,
+				  .sq_sge = qp->sq_sge,
+				  .rq_sge = qp->rq_sge,
+				  .sq_inline = qp->sq_inline};
+}
+
 static int qp_mem_get(struct soft_qp *qp)
 {
-	struct soft_qmem m = {.sq_size = qp->sq_size,
-			      .rq_size = qp->rq_size,
-			      .max_sge = qp->base.max_sge,
-			      .max_inline = qp->base.max_inline_data};
+	struct soft_qmem m = qp_mem(qp);
 	int ret = soft_qmem_get(qp->ctx, &m);
 
 	if (ret)
@@ -444,15 +454,7 @@ static int qp_mem_get(struct soft_qp *qp)
 
 static void qp_mem_put(struct soft_qp *qp)
 {
-	struct soft_qmem m = {.sq_size = qp->sq_size,
-			      .rq_size = qp->rq_size,
-			      .max_sge = qp->base.max_sge,
-			      .max_inline = qp->base.max_inline_data,
-			      .sq = qp->sq,
-			      .rq = qp->rq,
-			      .sq_sge = qp->sq_sge,
-			      .rq_sge = qp->rq_sge,
-			      .sq_inline = qp->sq_inline};
+	struct soft_qmem m = qp_mem(qp);
 
 	soft_qmem_put(qp->ctx, &m);
 	qp->sq = NULL;

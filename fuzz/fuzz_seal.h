@@ -33,7 +33,7 @@ static inline int fuzz_seal_keys(bool server, struct tf_sess_keys **k_p)
 	memset(ns, FUZZ_SEAL_NONCE_S, sizeof(ns));
 	return tf__keys_derive((const uint8_t *)FUZZ_SEAL_PSK,
 			       sizeof(FUZZ_SEAL_PSK) - 1, nc, ns, server, fin,
-			       k_p);
+			       NULL, k_p);
 }
 
 #endif /* TOLLFREE_FUZZ_SEAL_H */

@@ -272,7 +272,7 @@ static bool client_seal(const uint8_t *hello, size_t hello_len,
 		   hello_len == (size_t)h.hdr_size + h.size);
 	FUZZ_CHECK(tf__keys_derive((const uint8_t *)FUZZ_KEY,
 				   sizeof(FUZZ_KEY) - 1, hello + h.hdr_size,
-				   ch.nonce, false, fin, &cl->keys) == 0);
+				   ch.nonce, false, fin, NULL, &cl->keys) == 0);
 	FUZZ_CHECK(tf__transcript_new(&cl->ts) == 0);
 	FUZZ_CHECK(tf__transcript_add(cl->ts, hello, hello_len) == 0);
 	FUZZ_CHECK(tf__transcript_add(cl->ts, rx->hdr, rx->h.hdr_size) == 0);
@@ -391,7 +391,7 @@ static bool early_answer(struct reply *r, struct client *cl, bool opened)
 	FUZZ_CHECK(tf__wire_parse_challenge(&rx, &ch) == 0);
 	FUZZ_CHECK(tf__keys_derive((const uint8_t *)FUZZ_KEY,
 				   sizeof(FUZZ_KEY) - 1, cl->nonce_c, ch.nonce,
-				   false, fin, &k) == 0);
+				   false, fin, NULL, &k) == 0);
 	FUZZ_CHECK(tf__transcript_add(cl->ts, rx.hdr, rx.h.hdr_size) == 0);
 	FUZZ_CHECK(tf__transcript_add(cl->ts, rx.body,
 				      (size_t)(ch.mac - rx.body)) == 0);

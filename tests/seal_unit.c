@@ -8,7 +8,10 @@
  * with HMAC, expand with tf__hkdf_expand), and the transcript hash
  * (SHA-256 of "abc", FIPS 180-2), which must go on after a hash is taken.
  * Then HMAC against OpenSSL's own one-shot HMAC() over keys and messages
- * of every length from 0 to 200 bytes.
+ * of every length from 0 to 200 bytes.  Last, the traffic keys: ciphers
+ * made ahead and keyed later (tf__keys_spare_new) interoperate with
+ * ciphers made keyed, in both directions and on both channels, and keys
+ * from other nonces do not open what they sealed.
  */
 #include <errno.h>
 #include <string.h>
@@ -141,6 +144,78 @@ static void against_openssl(void)
 	}
 }
 
+/* A message of @n body bytes, sealed by @tx on @ch, opened by @rx. */
+static int seal_open(struct tf_sess_keys *tx, struct tf_sess_keys *rx,
+		     unsigned ch, size_t n)
+{
+	static struct tf_wire_msg m;
+	static struct tf_wire_rx r;
+	int ret;
+
+	tf__wire_init(&m, TF_WIRE_EXPOSE);
+	for (size_t i = 0; i < n; i++)
+		tf__wire_put_u8(&m, (uint8_t)(i * 3 + ch));
+	CHECK_OK(tf__wire_finish(&m));
+	CHECK_OK(tf__wire_seal(tx, ch, &m, NULL));
+	memset(&r, 0, sizeof(r));
+	memcpy(r.hdr, m.buf, TF_WIRE_HDR_SIZE);
+	CHECK_OK(tf__wire_hdr_decode(r.hdr, &r.h));
+	memcpy(r.body, m.buf + TF_WIRE_HDR_SIZE, m.len - TF_WIRE_HDR_SIZE);
+	ret = tf__wire_unseal(rx, ch, &r, NULL);
+	if (!ret) {
+		CHECK(r.h.size == n);
+		for (size_t i = 0; i < n; i++)
+			CHECK(r.body[i] == (uint8_t)(i * 3 + ch));
+	}
+	return ret;
+}
+
+static void traffic_keys(void)
+{
+	static const uint8_t psk[] = "seal_unit's pre-shared key";
+	uint8_t nc[TF_WIRE_NONCE], ns[TF_WIRE_NONCE], prk[32];
+	uint8_t fin_c[TF_WIRE_MAC], fin_s[TF_WIRE_MAC];
+	struct tf_sess_keys *c, *s, *spare, *other;
+
+	memset(nc, 0xc1, sizeof(nc));
+	memset(ns, 0x5e, sizeof(ns));
+	/* Client with a spare, server in two steps without one. */
+	CHECK_OK(tf__keys_spare_new(&spare));
+	CHECK_OK(tf__keys_derive(psk, sizeof(psk), nc, ns, false, fin_c, spare,
+				 &c));
+	CHECK(c == spare);
+	CHECK_OK(tf__keys_proof_key(psk, sizeof(psk), nc, ns, prk, fin_s));
+	CHECK(!memcmp(fin_c, fin_s, sizeof(fin_c)));
+	CHECK_OK(tf__keys_from_prk(prk, true, NULL, &s));
+	for (unsigned round = 0; round < 3; round++) {
+		for (unsigned ch = 0; ch < TF_WIRE_CHANNELS; ch++) {
+			CHECK_OK(seal_open(c, s, ch, 40 * round + ch));
+			CHECK_OK(seal_open(s, c, ch, 7 * round));
+		}
+	}
+	tf__keys_free(s);
+	/* The other way round: the server's ciphers made ahead. */
+	CHECK_OK(tf__keys_spare_new(&spare));
+	CHECK_OK(tf__keys_from_prk(prk, true, spare, &s));
+	tf__keys_free(c);
+	CHECK_OK(tf__keys_derive(psk, sizeof(psk), nc, ns, false, fin_c, NULL,
+				 &c));
+	CHECK_OK(seal_open(c, s, 1, 100));
+	CHECK_OK(seal_open(s, c, 0, 3));
+	/* Another server nonce: nothing opens (each failure is logged). */
+	tf_test_expect_log(2);
+	ns[0] ^= 1;
+	CHECK_OK(tf__keys_spare_new(&spare));
+	CHECK_OK(tf__keys_derive(psk, sizeof(psk), nc, ns, true, fin_s, spare,
+				 &other));
+	CHECK(seal_open(c, other, 0, 10) == -TF_EAUTH);
+	CHECK(seal_open(other, c, 0, 10) == -TF_EAUTH);
+	tf__keys_free(other);
+	tf__keys_free(c);
+	tf__keys_free(s);
+	explicit_bzero(prk, sizeof(prk));
+}
+
 int main(void)
 {
 	tf_test_begin("seal_unit");
@@ -148,5 +223,6 @@ int main(void)
 	rfc5869();
 	transcript();
 	against_openssl();
+	traffic_keys();
 	return tf_test_end();
 }

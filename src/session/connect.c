@@ -330,7 +330,7 @@ static int client_challenge(struct tf_conn *c, bool early, bool *taken_p)
 	}
 	memcpy(c->nonce_s, ch.nonce, TF_WIRE_NONCE);
 	ret = tf__keys_derive(node->psk, node->psk_len, c->nonce_c, c->nonce_s,
-			      false, fin, &c->keys);
+			      false, fin, tf__node_keys_spare(node), &c->keys);
 	/* The CHALLENGE up to its proof: header, nonce and flags. */
 	if (!ret)
 		ret = tf__transcript_add(c->ts, c->rx.hdr, c->rx.h.hdr_size);
@@ -364,24 +364,11 @@ static int client_challenge(struct tf_conn *c, bool early, bool *taken_p)
 	return ret;
 }
 
-/* Give the early keys @k back to the node for the next connect (or free
- * them if another connect gave its own back first). */
-static void early_put(struct tf_node *node, struct tf_sess_keys *k)
-{
-	pthread_mutex_lock(&node->lock);
-	if (!node->early_keys) {
-		node->early_keys = k;
-		k = NULL;
-	}
-	pthread_mutex_unlock(&node->lock);
-	tf__keys_free(k);
-}
-
 /*
  * With a key and TOLLFREE_SESSION_PSK_EARLY_WINDOW_MS: the HELLO @m (in
  * the transcript already) and, behind it in one write, the OPEN @open
- * sealed with the early keys (in c->keys: early_take; given back to the
- * node here), its tag covering the HELLO.
+ * sealed with the early keys (in c->keys: tf__node_early_take; given back
+ * to the node here), its tag covering the HELLO.
  */
 static int send_early(struct tf_conn *c, const struct tf_wire_msg *m,
 		      struct tf_wire_msg *open)
@@ -397,28 +384,8 @@ static int send_early(struct tf_conn *c, const struct tf_wire_msg *m,
 	}
 	c->keys = NULL;
 	c->pre_len = 0;
-	early_put(node, ek);
+	tf__node_early_put(node, ek);
 	return ret;
-}
-
-/* A fresh nonce for @c's early OPEN and its early keys (into c->nonce_c
- * and c->keys): the node's, keyed again (no allocation), or new ones if
- * another connect holds them. */
-static int early_take(struct tf_conn *c)
-{
-	struct tf_node *node = c->node;
-	int ret = tf__random_buffered(c->nonce_c, TF_WIRE_NONCE);
-
-	if (ret)
-		return ret;
-	pthread_mutex_lock(&node->lock);
-	c->keys = node->early_keys;
-	node->early_keys = NULL;
-	pthread_mutex_unlock(&node->lock);
-	if (c->keys)
-		return tf__keys_early_rekey(node->early_key, c->nonce_c,
-					    c->keys);
-	return tf__keys_early(node->early_key, c->nonce_c, false, &c->keys);
 }
 
 /*
@@ -614,7 +581,7 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 		return -ENOMEM;
 	c->hs = TF_CONN_BUSY;
 	c->client = true;
-	ret = early ? early_take(c)
+	ret = early ? tf__node_early_take(node, c->nonce_c, &c->keys)
 		    : tf__random_buffered(c->nonce_c, TF_WIRE_NONCE);
 	if (!ret && auth)
 		ret = tf__transcript_new(&c->ts);
@@ -655,7 +622,8 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 			if (!ret)
 				ret = send_early(c, &m, &om);
 			/* The server checks the key and the nonce, and
-			 * makes its answer. */
+			 * makes its answer: time for the next connect's
+			 * stock entry and keys. */
 			if (!ret && !node->early_addr)
 				tf__stock_refill(node);
 		} else if (!ret) {
@@ -665,6 +633,8 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 						  blob, &blob_len, ctl,
 						  &ctl_len);
 		}
+		if (!ret)
+			tf__node_keys_ahead(node);
 		if (!ret)
 			ret = client_challenge(c, early, &taken);
 		if (ret)

@@ -685,7 +685,8 @@ static int server_challenge(struct tf_conn *c, bool early)
 		ret = tf__wire_send(c->fd, &m, node->timeout_ms);
 	}
 	if (!ret)
-		ret = tf__keys_from_prk(prk, true, &c->keys);
+		ret = tf__keys_from_prk(prk, true, tf__node_keys_spare(node),
+					&c->keys);
 	c->hs = TF_CONN_WAIT_OPEN;
 	c->deadline_ns = tf__now_ns() + (uint64_t)node->timeout_ms * 1000000;
 out:
@@ -714,13 +715,13 @@ static int server_early(struct tf_conn *c, bool *taken_p)
 			    tf__wire_op_name(c->rx.h.op));
 		return -TF_EWIRE;
 	}
-	ret = tf__keys_early(node->early_key, c->nonce_c, true, &ek);
+	ret = tf__node_early_open_take(node, c->nonce_c, &ek);
 	if (ret)
 		return ret;
 	c->keys = ek;
 	ret = tf__conn_open(c, TF_WIRE_CH_SOCK);
 	c->keys = NULL;
-	tf__keys_free(ek);
+	tf__node_early_open_put(node, ek);
 	if (ret)
 		return ret;
 	v = tf__replay_admit(&node->replay, c->nonce_c, c->hello_ns,
@@ -1186,6 +1187,7 @@ static bool accept_new(struct tf_listener *l, struct tf_conn **c_p, int *r_p)
 static int idle(struct tf_listener *l)
 {
 	tf__stock_refill(l->node);
+	tf__node_keys_ahead(l->node);
 	return -EAGAIN;
 }
 
@@ -1306,8 +1308,10 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		tf_context_progress(l->node->ctx);
 		/* About to sleep: first the stock's next entry, if made
 		 * inline. */
-		if (wait_ms)
+		if (wait_ms) {
 			tf__stock_refill(l->node);
+			tf__node_keys_ahead(l->node);
+		}
 		n = epoll_wait(l->epfd, evs, 16, wait_ms);
 		/* A signal ends the wait, as tf_listener_accept(3) says:
 		 * a server blocking with -1 can then stop. */

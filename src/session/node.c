@@ -379,6 +379,7 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 			     cfg->session_stock_refill);
 	if (ret)
 		goto err_rc;
+	tf__node_keys_ahead(node);
 	tf__sess_stats_register(node);
 	*node_p = node;
 	return 0;
@@ -395,6 +396,9 @@ err_free:
 	if (node->psk_len)
 		tf__replay_fini(&node->replay);
 	tf__keys_free(node->early_keys);
+	tf__keys_free(node->early_open_keys);
+	tf__keys_free(node->keys_spare);
+	explicit_bzero(node->early_nonce, sizeof(node->early_nonce));
 	tf__early_key_free(node->early_key);
 	pthread_mutex_destroy(&node->lock);
 	tf__free(node);
@@ -438,6 +442,9 @@ void tf_node_destroy(tf_node_t *node)
 	if (node->psk_len)
 		tf__replay_fini(&node->replay);
 	tf__keys_free(node->early_keys);
+	tf__keys_free(node->early_open_keys);
+	tf__keys_free(node->keys_spare);
+	explicit_bzero(node->early_nonce, sizeof(node->early_nonce));
 	tf__early_key_free(node->early_key);
 	pthread_mutex_destroy(&node->lock);
 	explicit_bzero(node->psk, sizeof(node->psk));
@@ -517,4 +524,151 @@ int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
 	st->psk_early = LD(psk_early);
 	st->psk_early_refused = LD(psk_early_refused);
 	return 0;
+}
+
+/* ------------------------------------------------ keys made ahead */
+
+/* Give @k back to the slot @slot_p, or free it if the slot is taken. */
+static void keys_put(struct tf_node *node, struct tf_sess_keys **slot_p,
+		     struct tf_sess_keys *k)
+{
+	pthread_mutex_lock(&node->lock);
+	if (!*slot_p) {
+		*slot_p = k;
+		k = NULL;
+	}
+	pthread_mutex_unlock(&node->lock);
+	tf__keys_free(k);
+}
+
+static struct tf_sess_keys *keys_get(struct tf_node *node,
+				     struct tf_sess_keys **slot_p)
+{
+	struct tf_sess_keys *k;
+
+	pthread_mutex_lock(&node->lock);
+	k = *slot_p;
+	*slot_p = NULL;
+	pthread_mutex_unlock(&node->lock);
+	return k;
+}
+
+struct tf_sess_keys *tf__node_keys_spare(struct tf_node *node)
+{
+	return keys_get(node, &node->keys_spare);
+}
+
+/* The client's early key object, keyed for a fresh nonce and left
+ * ready; only once a connect made the object (a node that never sends
+ * an early OPEN makes none). */
+static void early_ahead(struct tf_node *node)
+{
+	uint8_t nonce[TF_WIRE_NONCE];
+	struct tf_sess_keys *k;
+
+	pthread_mutex_lock(&node->lock);
+	k = node->early_ready ? NULL : node->early_keys;
+	if (k)
+		node->early_keys = NULL;
+	pthread_mutex_unlock(&node->lock);
+	if (!k)
+		return;
+	if (tf__random_buffered(nonce, sizeof(nonce)) ||
+	    tf__keys_early_rekey(node->early_key, nonce, k)) {
+		tf__keys_free(k);
+		return;
+	}
+	pthread_mutex_lock(&node->lock);
+	if (!node->early_keys) {
+		node->early_keys = k;
+		k = NULL;
+		memcpy(node->early_nonce, nonce, sizeof(nonce));
+		node->early_ready = true;
+		node->early_gen = tf__fork_gen();
+	}
+	pthread_mutex_unlock(&node->lock);
+	explicit_bzero(nonce, sizeof(nonce));
+	tf__keys_free(k);
+}
+
+void tf__node_keys_ahead(struct tf_node *node)
+{
+	struct tf_sess_keys *k;
+	bool want;
+
+	if (!node->psk_len)
+		return;
+	pthread_mutex_lock(&node->lock);
+	want = !node->keys_spare;
+	pthread_mutex_unlock(&node->lock);
+	if (want && !tf__keys_spare_new(&k))
+		keys_put(node, &node->keys_spare, k);
+	if (node->replay.window_ns)
+		early_ahead(node);
+}
+
+int tf__node_early_take(struct tf_node *node, uint8_t nonce_c[TF_WIRE_NONCE],
+			struct tf_sess_keys **k_p)
+{
+	struct tf_sess_keys *k;
+	bool ready;
+	int ret;
+
+	pthread_mutex_lock(&node->lock);
+	k = node->early_keys;
+	node->early_keys = NULL;
+	/* Made before a fork: the parent may send the same nonce. */
+	ready = k && node->early_ready && node->early_gen == tf__fork_gen();
+	if (ready)
+		memcpy(nonce_c, node->early_nonce, TF_WIRE_NONCE);
+	node->early_ready = false;
+	explicit_bzero(node->early_nonce, sizeof(node->early_nonce));
+	pthread_mutex_unlock(&node->lock);
+	if (ready) {
+		*k_p = k;
+		return 0;
+	}
+	ret = tf__random_buffered(nonce_c, TF_WIRE_NONCE);
+	if (ret) {
+		tf__keys_free(k);
+		return ret;
+	}
+	if (k) {
+		ret = tf__keys_early_rekey(node->early_key, nonce_c, k);
+		if (ret) {
+			tf__keys_free(k);
+			return ret;
+		}
+		*k_p = k;
+		return 0;
+	}
+	return tf__keys_early(node->early_key, nonce_c, false, k_p);
+}
+
+void tf__node_early_put(struct tf_node *node, struct tf_sess_keys *k)
+{
+	keys_put(node, &node->early_keys, k);
+}
+
+int tf__node_early_open_take(struct tf_node *node,
+			     const uint8_t nonce_c[TF_WIRE_NONCE],
+			     struct tf_sess_keys **k_p)
+{
+	struct tf_sess_keys *k = keys_get(node, &node->early_open_keys);
+	int ret;
+
+	if (!k)
+		return tf__keys_early(node->early_key, nonce_c, true, k_p);
+	ret = tf__keys_early_rekey(node->early_key, nonce_c, k);
+	if (ret) {
+		tf__keys_free(k);
+		return ret;
+	}
+	*k_p = k;
+	return 0;
+}
+
+void tf__node_early_open_put(struct tf_node *node, struct tf_sess_keys *k)
+{
+	keys_put(node, &node->early_open_keys, k);
 }

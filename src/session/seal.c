@@ -229,15 +229,24 @@ static int keys_prk(const uint8_t *psk, size_t psk_len,
 	return ret;
 }
 
-/* The traffic keys and ciphers from @hk (keyed with the PRK). */
+/* Key the cipher @x, made by gcm_ctx(NULL, ...), with @key. */
+static int gcm_key(EVP_CIPHER_CTX *x, const uint8_t *key)
+{
+	return EVP_CipherInit_ex(x, NULL, NULL, key, NULL, -1) == 1 ? 0 : -EIO;
+}
+
+/* The traffic keys and ciphers from @hk (keyed with the PRK): into the
+ * ciphers of @spare (tf__keys_spare_new; taken over, freed on failure)
+ * or new ones. */
 static int keys_traffic(struct hmac_key *hk, bool server,
-			struct tf_sess_keys **k_p)
+			struct tf_sess_keys *spare, struct tf_sess_keys **k_p)
 {
 	uint8_t kc[32], ks[32];
-	struct tf_sess_keys *k;
+	struct tf_sess_keys *k = spare;
 	int ret;
 
-	k = tf__calloc(1, sizeof(*k));
+	if (!k)
+		k = tf__calloc(1, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
 	ret = hkdf_expand(hk, "tollfree v3 c key", kc, sizeof(kc));
@@ -249,7 +258,11 @@ static int keys_traffic(struct hmac_key *hk, bool server,
 	if (!ret)
 		ret = hkdf_expand(hk, "tollfree v3 s iv",
 				  server ? k->iv_tx : k->iv_rx, TF_WIRE_IV);
-	if (!ret) {
+	if (!ret && spare) {
+		if (gcm_key(k->tx, server ? ks : kc) ||
+		    gcm_key(k->rx, server ? kc : ks))
+			ret = crypto_fail("AES-256-GCM set-up");
+	} else if (!ret) {
 		k->tx = gcm_ctx(server ? ks : kc, true);
 		k->rx = gcm_ctx(server ? kc : ks, false);
 		if (!k->tx || !k->rx)
@@ -265,10 +278,27 @@ static int keys_traffic(struct hmac_key *hk, bool server,
 	return 0;
 }
 
+int tf__keys_spare_new(struct tf_sess_keys **k_p)
+{
+	struct tf_sess_keys *k = tf__calloc(1, sizeof(*k));
+
+	if (!k)
+		return -ENOMEM;
+	k->tx = gcm_ctx(NULL, true);
+	k->rx = gcm_ctx(NULL, false);
+	if (!k->tx || !k->rx) {
+		tf__keys_free(k);
+		return crypto_fail("AES-256-GCM set-up");
+	}
+	*k_p = k;
+	return 0;
+}
+
 int tf__keys_derive(const uint8_t *psk, size_t psk_len,
 		    const uint8_t nonce_c[TF_WIRE_NONCE],
 		    const uint8_t nonce_s[TF_WIRE_NONCE], bool server,
-		    uint8_t fin_s[TF_WIRE_MAC], struct tf_sess_keys **k_p)
+		    uint8_t fin_s[TF_WIRE_MAC], struct tf_sess_keys *spare,
+		    struct tf_sess_keys **k_p)
 {
 	struct hmac_key hk = {0};
 	uint8_t prk[32];
@@ -276,7 +306,9 @@ int tf__keys_derive(const uint8_t *psk, size_t psk_len,
 
 	ret = keys_prk(psk, psk_len, nonce_c, nonce_s, prk, &hk, fin_s);
 	if (!ret)
-		ret = keys_traffic(&hk, server, k_p);
+		ret = keys_traffic(&hk, server, spare, k_p);
+	else
+		tf__keys_free(spare);
 	hmac_free(&hk);
 	OPENSSL_cleanse(prk, sizeof(prk));
 	return ret;
@@ -297,13 +329,15 @@ int tf__keys_proof_key(const uint8_t *psk, size_t psk_len,
 }
 
 int tf__keys_from_prk(const uint8_t prk[32], bool server,
-		      struct tf_sess_keys **k_p)
+		      struct tf_sess_keys *spare, struct tf_sess_keys **k_p)
 {
 	struct hmac_key hk = {0};
 	int ret = hmac_init(&hk, prk, 32);
 
 	if (!ret)
-		ret = keys_traffic(&hk, server, k_p);
+		ret = keys_traffic(&hk, server, spare, k_p);
+	else
+		tf__keys_free(spare);
 	hmac_free(&hk);
 	return ret;
 }
@@ -356,7 +390,7 @@ int tf__keys_early_rekey(const struct tf_early_key *e,
 	/* One message under this key, the client's: one direction, and
 	 * the IV all zeros (the nonce is unique since the key is). */
 	ret = hmac_run(&e->hk, nonce_c, TF_WIRE_NONCE, key);
-	if (!ret && EVP_CipherInit_ex(x, NULL, NULL, key, NULL, -1) != 1)
+	if (!ret && gcm_key(x, key))
 		ret = crypto_fail("AES-256-GCM set-up");
 	OPENSSL_cleanse(key, sizeof(key));
 	memset(k->tx_seq, 0, sizeof(k->tx_seq));

@@ -307,12 +307,19 @@ struct tf_node {
 	atomic_ullong psk_early, psk_early_refused;
 	/* With a pre-shared key: the key early OPENs are sealed with (seal.c);
 	 * the early OPENs taken (server; its window_ns, the setting, also
-	 * says whether a client sends them: replay.c).  Client: one early
-	 * key object, keyed again for each connect's nonce (no allocation);
-	 * under the lock, a connect takes it and gives it back. */
+	 * says whether a client sends them: replay.c). */
 	struct tf_early_key *early_key;
 	struct tf_replay replay;
-	struct tf_sess_keys *early_keys;
+	/* Cipher objects kept for the next handshake, each under the lock
+	 * (tf__node_keys_*): the client's early key object, made ready
+	 * (early_ready: keyed for early_nonce, in fork generation
+	 * early_gen) where a call would wait anyway; the server's, keyed
+	 * again for each early OPEN; a connection's two ciphers, made
+	 * ahead (tf__keys_spare_new) and keyed by its handshake. */
+	struct tf_sess_keys *early_keys, *early_open_keys, *keys_spare;
+	uint8_t early_nonce[TF_WIRE_NONCE];
+	bool early_ready;
+	unsigned early_gen;
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;
 };
@@ -560,6 +567,25 @@ void tf__listener_grant(struct tf_listener *l, struct tf_conn *c);
 void tf__sess_take_grant(struct tf_session *s, const struct tf_grant *g);
 void tf__listener_put(struct tf_listener *l);
 void tf__node_keep(struct tf_node *node, struct tf_conn *c);
+/* With a pre-shared key, where a call would wait anyway (a client's
+ * connect after its HELLO left, a listener with nothing to do): make
+ * the next connection's ciphers (tf__keys_spare_new) and, on a client
+ * that sends early OPENs, its next nonce and early key.  Each at most
+ * once; a failure leaves the handshake to make them. */
+void tf__node_keys_ahead(struct tf_node *node);
+/* The ciphers made ahead, or NULL: for tf__keys_derive/_from_prk. */
+struct tf_sess_keys *tf__node_keys_spare(struct tf_node *node);
+/* Client: a fresh nonce into @nonce_c and the early keys for it (made
+ * ahead, or keyed now); given back after the early OPEN was sealed. */
+int tf__node_early_take(struct tf_node *node, uint8_t nonce_c[TF_WIRE_NONCE],
+			struct tf_sess_keys **k_p);
+void tf__node_early_put(struct tf_node *node, struct tf_sess_keys *k);
+/* Server: the keys that open the early OPEN of nonce @nonce_c; given
+ * back after it was opened. */
+int tf__node_early_open_take(struct tf_node *node,
+			     const uint8_t nonce_c[TF_WIRE_NONCE],
+			     struct tf_sess_keys **k_p);
+void tf__node_early_open_put(struct tf_node *node, struct tf_sess_keys *k);
 /* Send @m on the session's control channel (QP or socket), sealed on an
  * authenticated connection (@m is changed). */
 int tf__sess_ctl_send(struct tf_session *s, struct tf_wire_msg *m,

@@ -341,13 +341,19 @@ void tf__wire_rx_reset(struct tf_wire_rx *rx);
 struct tf_sess_keys;
 struct tf_transcript;
 
+/* A connection's two ciphers made ahead, not keyed yet: the costly part
+ * of a cipher's set-up (allocation, the cipher's look-up), done where a
+ * caller would wait anyway.  0, -ENOMEM or -EIO. */
+int tf__keys_spare_new(struct tf_sess_keys **k_p);
 /* Derive a connection's keys from the pre-shared key and both nonces
  * (@server: which side this is); *@fin_s receives the server's proof
- * key.  0, -ENOMEM or -EIO. */
+ * key.  The ciphers are @spare's (taken over, freed on failure) if not
+ * NULL, else new.  0, -ENOMEM or -EIO. */
 int tf__keys_derive(const uint8_t *psk, size_t psk_len,
 		    const uint8_t nonce_c[TF_WIRE_NONCE],
 		    const uint8_t nonce_s[TF_WIRE_NONCE], bool server,
-		    uint8_t fin_s[TF_WIRE_MAC], struct tf_sess_keys **k_p);
+		    uint8_t fin_s[TF_WIRE_MAC], struct tf_sess_keys *spare,
+		    struct tf_sess_keys **k_p);
 /* The same in two steps, for a server that answers with its proof before
  * it needs the traffic keys: the PRK (HKDF-Extract, kept by the caller,
  * who wipes it) and the proof key, then the keys from the PRK. */
@@ -356,7 +362,7 @@ int tf__keys_proof_key(const uint8_t *psk, size_t psk_len,
 		       const uint8_t nonce_s[TF_WIRE_NONCE], uint8_t prk[32],
 		       uint8_t fin_s[TF_WIRE_MAC]);
 int tf__keys_from_prk(const uint8_t prk[32], bool server,
-		      struct tf_sess_keys **k_p);
+		      struct tf_sess_keys *spare, struct tf_sess_keys **k_p);
 /* A node's key for early OPENs, from the pre-shared key alone, and the
  * keys of one early OPEN (its only use: the client's direction) from it
  * and the client's nonce.  tf__keys_early is thread-safe. */

@@ -20,6 +20,13 @@
  *   after the connect the stock lacks one entry, after the close none;
  *   but the client's last session leaves a receive posted, and its QP is
  *   destroyed, not given back (N - 1 on the client).
+ * - each connect makes the next one's TCP socket while the server answers
+ *   (stock_sockets 1 on the soft provider, unless the server sends its
+ *   QPs ahead: then none; at most 1 anywhere),
+ *   which the next connect takes: from the second session on, the
+ *   client's open sockets stay as many as they were, the one made ahead
+ *   having closed with its session and another made (where QPs have no
+ *   sockets of their own), and the node's destroy closes the last one.
  * Then TOLLFREE_SESSION_STOCK_REFILL=sometimes makes node creation fail
  * with -EINVAL, on side A alone.  In peer mode (two machines) only the
  * inline pair runs.
@@ -28,6 +35,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+#include <string.h>
 #include "session_util.h"
 
 #define N   5
@@ -123,15 +132,77 @@ static void server(struct tf_pair *p, bool inl)
 	tf_node_destroy(node);
 }
 
+#define MAX_SOCKS 64
+
+/* This process's open sockets: their count, and up to MAX_SOCKS of their
+ * inode numbers into @ino (may be NULL). */
+static int list_sockets(unsigned long *ino)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	CHECK(d);
+	while (d && (e = readdir(d))) {
+		char path[300], link[64];
+		ssize_t len;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len <= 0)
+			continue;
+		link[len] = 0;
+		if (strncmp(link, "socket:[", 8))
+			continue;
+		if (ino && n < MAX_SOCKS)
+			ino[n] = strtoul(link + 8, NULL, 10);
+		n++;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+static int count_sockets(void)
+{
+	return list_sockets(NULL);
+}
+
+/* How many of @a's @na sockets are among @b's @nb. */
+static int common(const unsigned long *a, int na, const unsigned long *b,
+		  int nb)
+{
+	int n = 0;
+
+	for (int i = 0; i < na && i < MAX_SOCKS; i++)
+		for (int j = 0; j < nb && j < MAX_SOCKS; j++)
+			n += a[i] == b[j];
+	return n;
+}
+
 static void client(struct tf_pair *p, bool inl)
 {
 	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
 				  .flags = TF_SESSION_NO_REUSE};
 	uint16_t port = (uint16_t)tf_test_recv_u64(p);
+	unsigned long prev[MAX_SOCKS], now[MAX_SOCKS];
+	int n_prev, n_now = 0, socks;
+	const char *ea = getenv("TOLLFREE_SESSION_EARLY_ADDR");
+	tf_caps_t caps;
+	bool soft, qp_socks, ahead;
 	tf_node_t *node = node_full(p, inl);
 	bool rec = recycles(p, inl);
 	tf_node_stats_t st;
 
+	/* Where the server does not send its QPs ahead: on the soft
+	 * provider, unless told to (on verbs it depends on the device and
+	 * on rdma_cm). */
+	CHECK_OK(tf_context_query_caps(p->ctx, &caps));
+	soft = !strcmp(caps.provider, "soft");
+	qp_socks = !soft || !strcmp(caps.transport, "tcp");
+	ahead = soft && !(ea && !strcmp(ea, "y"));
 	for (int i = 0; i < N; i++) {
 		tf_session_t *s;
 		int ret = tf_session_connect(node, st_host(), port, &sp, &s);
@@ -160,10 +231,41 @@ static void client(struct tf_pair *p, bool inl)
 			check_recycled(node, i, i < N - 1);
 		st_stock_settle(node);
 		tf_test_sync(p);
+		/* The socket made ahead takes the place of the one that
+		 * closed. */
+		st = stats(node);
+		CHECKF(soft ? st.stock_sockets == (ahead ? 1u : 0u)
+			    : st.stock_sockets <= 1,
+		       "session %d: %llu sockets made ahead", i,
+		       (unsigned long long)st.stock_sockets);
+		/* Sockets only (a refill thread makes other fds meanwhile),
+		 * and not where QPs have sockets of their own (soft tcp):
+		 * as many as after the last session, and the one made ahead
+		 * then was taken (closed with its session), not kept. */
+		n_prev = n_now;
+		memcpy(prev, now, sizeof(prev));
+		n_now = list_sockets(now);
+		if (i > 0 && !qp_socks) {
+			CHECKF(n_now == n_prev,
+			       "session %d: %d sockets open, %d after the "
+			       "last",
+			       i, n_now, n_prev);
+			CHECKF(common(prev, n_prev, now, n_now) ==
+				       n_prev - (int)st.stock_sockets,
+			       "session %d: %d of %d sockets still open, %llu "
+			       "made ahead",
+			       i, common(prev, n_prev, now, n_now), n_prev,
+			       (unsigned long long)st.stock_sockets);
+		}
 	}
 	check_hits(node, "client");
-	CHECK(stats(node).qp_new == N);
+	st = stats(node);
+	CHECK(st.qp_new == N);
+	socks = count_sockets();
 	tf_node_destroy(node);
+	CHECKF(qp_socks || count_sockets() == socks - (int)st.stock_sockets,
+	       "%d sockets open after the node, %d before, %llu made ahead",
+	       count_sockets(), socks, (unsigned long long)st.stock_sockets);
 }
 
 /* A process per setting: the configuration is read once per process. */

@@ -254,6 +254,9 @@ typedef struct tf_node_stats {
 	 * it did not. */
 	uint64_t psk_early;
 	uint64_t psk_early_refused;
+	/* Client: TCP sockets made ahead for its next connect (0 or 1),
+	 * each an open file descriptor of the process. */
+	uint64_t stock_sockets;
 } tf_node_stats_t;
 
 /* tf_node_query_stats - copy the counters (read without a lock).

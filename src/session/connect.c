@@ -37,11 +37,15 @@ static int connect_tcp(struct tf_node *node, const struct tf_sess_addr *a,
 	 * cannot be reached from it. */
 	if (node->src_len && node->src.ss_family != a->sa.ss_family)
 		return -EAFNOSUPPORT;
-	fd = socket(a->sa.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-		    0);
-	if (fd < 0)
-		return -errno;
-	tf__conn_sock_opts(fd);
+	/* Made ahead by the last connect, with its options. */
+	fd = node->src_len ? -1 : tf__node_sock_take(node, a->sa.ss_family);
+	if (fd < 0) {
+		fd = socket(a->sa.ss_family,
+			    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		tf__conn_sock_opts(fd);
+	}
 	if (node->src_len &&
 	    bind(fd, (const struct sockaddr *)&node->src, node->src_len)) {
 		err = -errno;
@@ -635,6 +639,8 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 		}
 		if (!ret)
 			tf__node_keys_ahead(node);
+		if (!ret && !node->early_addr)
+			tf__node_sock_ahead(node, a->sa.ss_family);
 		if (!ret)
 			ret = client_challenge(c, early, &taken);
 		if (ret)
@@ -655,11 +661,14 @@ static int connect_new(struct tf_node *node, const char *host, uint16_t port,
 	if (ret)
 		goto err_conn;
 	/* The server works on its answer: time to make the stock's next
-	 * entry, if it is made inline.  Where the server sends its QPs
-	 * ahead, after connecting ours to them instead (client_accept): a
-	 * refill (QP and CQ creation, on a device) would delay that. */
-	if (!node->early_addr && !early)
+	 * entry, if it is made inline, and the next connect's socket.  Where
+	 * the server sends its QPs ahead, after connecting ours to them
+	 * instead (client_accept): a refill (QP and CQ creation, on a
+	 * device) would delay that. */
+	if (!node->early_addr && !early) {
 		tf__stock_refill(node);
+		tf__node_sock_ahead(node, a->sa.ss_family);
+	}
 answer:
 	ret = tf__sess_new(node, c, false, &s);
 	if (ret)

@@ -258,6 +258,7 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 	node->ctx = ctx;
 	tf__conn_list_init(&node->idle);
 	pthread_mutex_init(&node->lock, NULL);
+	node->sock_spare = -1;
 	atomic_init(&node->next_conn_id, tf__random_u32() & 0xffffff);
 
 	if (fm & TF_NODE_PARAM_PSK) {
@@ -399,6 +400,8 @@ err_free:
 	tf__keys_free(node->early_open_keys);
 	tf__keys_free(node->keys_spare);
 	explicit_bzero(node->early_nonce, sizeof(node->early_nonce));
+	if (node->sock_spare >= 0)
+		close(node->sock_spare);
 	tf__early_key_free(node->early_key);
 	pthread_mutex_destroy(&node->lock);
 	tf__free(node);
@@ -445,6 +448,8 @@ void tf_node_destroy(tf_node_t *node)
 	tf__keys_free(node->early_open_keys);
 	tf__keys_free(node->keys_spare);
 	explicit_bzero(node->early_nonce, sizeof(node->early_nonce));
+	if (node->sock_spare >= 0)
+		close(node->sock_spare);
 	tf__early_key_free(node->early_key);
 	pthread_mutex_destroy(&node->lock);
 	explicit_bzero(node->psk, sizeof(node->psk));
@@ -523,6 +528,7 @@ int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
 	st->remote_inv_missed = LD(remote_inv_missed);
 	st->psk_early = LD(psk_early);
 	st->psk_early_refused = LD(psk_early_refused);
+	st->stock_sockets = LD(stock_sockets);
 	return 0;
 }
 
@@ -671,4 +677,54 @@ int tf__node_early_open_take(struct tf_node *node,
 void tf__node_early_open_put(struct tf_node *node, struct tf_sess_keys *k)
 {
 	keys_put(node, &node->early_open_keys, k);
+}
+
+/* ------------------------------------------------ a client's socket */
+
+void tf__node_sock_ahead(struct tf_node *node, int family)
+{
+	bool want;
+	int fd;
+
+	if (node->src_len)
+		return;
+	pthread_mutex_lock(&node->lock);
+	want = node->sock_spare < 0 || node->sock_gen != tf__fork_gen();
+	pthread_mutex_unlock(&node->lock);
+	if (!want)
+		return;
+	fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	tf__conn_sock_opts(fd);
+	pthread_mutex_lock(&node->lock);
+	/* One made before a fork is the parent's too: this one replaces
+	 * it here (closing it closes this process's descriptor only). */
+	if (node->sock_spare < 0 || node->sock_gen != tf__fork_gen()) {
+		int old = node->sock_spare;
+
+		node->sock_spare = fd;
+		node->sock_family = family;
+		node->sock_gen = tf__fork_gen();
+		atomic_store(&node->stock_sockets, 1);
+		fd = old;
+	}
+	pthread_mutex_unlock(&node->lock);
+	if (fd >= 0)
+		close(fd);
+}
+
+int tf__node_sock_take(struct tf_node *node, int family)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&node->lock);
+	if (node->sock_spare >= 0 && node->sock_family == family &&
+	    node->sock_gen == tf__fork_gen()) {
+		fd = node->sock_spare;
+		node->sock_spare = -1;
+		atomic_store(&node->stock_sockets, 0);
+	}
+	pthread_mutex_unlock(&node->lock);
+	return fd;
 }

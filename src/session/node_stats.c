@@ -57,6 +57,7 @@ static const struct tf__stats_field node_fields[] = {
 	TF__STATS_FIELD(tf_node_stats_t, remote_inv_missed),
 	TF__STATS_FIELD(tf_node_stats_t, psk_early),
 	TF__STATS_FIELD(tf_node_stats_t, psk_early_refused),
+	TF__STATS_FIELD(tf_node_stats_t, stock_sockets),
 };
 
 static const struct tf__stats_field pool_fields[] = {

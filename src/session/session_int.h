@@ -305,6 +305,7 @@ struct tf_node {
 	atomic_ullong grants_made, grants_taken, grants_dropped;
 	atomic_ullong remote_inv, remote_inv_missed;
 	atomic_ullong psk_early, psk_early_refused;
+	atomic_ullong stock_sockets;
 	/* With a pre-shared key: the key early OPENs are sealed with (seal.c);
 	 * the early OPENs taken (server; its window_ns, the setting, also
 	 * says whether a client sends them: replay.c). */
@@ -320,6 +321,12 @@ struct tf_node {
 	uint8_t early_nonce[TF_WIRE_NONCE];
 	bool early_ready;
 	unsigned early_gen;
+	/* Client: a TCP socket for the next connect, made with its options
+	 * where a connect waits anyway (tf__node_sock_ahead), of the family
+	 * of the last connect, in fork generation sock_gen; -1: none.
+	 * Under the lock. */
+	int sock_spare, sock_family;
+	unsigned sock_gen;
 	/* Statistics publication (node_stats.c). */
 	struct tf__stats_source stats_src;
 };
@@ -573,6 +580,12 @@ void tf__node_keep(struct tf_node *node, struct tf_conn *c);
  * that sends early OPENs, its next nonce and early key.  Each at most
  * once; a failure leaves the handshake to make them. */
 void tf__node_keys_ahead(struct tf_node *node);
+/* Client, where a connect waits anyway: make the next connect's TCP
+ * socket, of @family, unless one is there (not with
+ * TOLLFREE_SESSION_SOURCE_ADDR).  tf__node_sock_take: that socket if it
+ * is of @family and made in this process, else -1; the caller owns it. */
+void tf__node_sock_ahead(struct tf_node *node, int family);
+int tf__node_sock_take(struct tf_node *node, int family);
 /* The ciphers made ahead, or NULL: for tf__keys_derive/_from_prk. */
 struct tf_sess_keys *tf__node_keys_spare(struct tf_node *node);
 /* Client: a fresh nonce into @nonce_c and the early keys for it (made

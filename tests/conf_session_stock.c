@@ -187,7 +187,7 @@ static void client(struct tf_pair *p, bool inl)
 	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
 				  .flags = TF_SESSION_NO_REUSE};
 	uint16_t port = (uint16_t)tf_test_recv_u64(p);
-	unsigned long prev[MAX_SOCKS], now[MAX_SOCKS];
+	unsigned long prev[MAX_SOCKS], now[MAX_SOCKS] = {0};
 	int n_prev, n_now = 0, socks;
 	const char *ea = getenv("TOLLFREE_SESSION_EARLY_ADDR");
 	tf_caps_t caps;

@@ -21,8 +21,7 @@
  *   but the client's last session leaves a receive posted, and its QP is
  *   destroyed, not given back (N - 1 on the client).
  * - each connect makes the next one's TCP socket while the server answers
- *   (stock_sockets 1 on the soft provider, unless the server sends its
- *   QPs ahead: then none; at most 1 anywhere),
+ *   (stock_sockets 1; with early addresses after the ADDR),
  *   which the next connect takes: from the second session on, the
  *   client's open sockets stay as many as they were, the one made ahead
  *   having closed with its session and another made (where QPs have no
@@ -189,20 +188,15 @@ static void client(struct tf_pair *p, bool inl)
 	uint16_t port = (uint16_t)tf_test_recv_u64(p);
 	unsigned long prev[MAX_SOCKS], now[MAX_SOCKS] = {0};
 	int n_prev, n_now = 0, socks;
-	const char *ea = getenv("TOLLFREE_SESSION_EARLY_ADDR");
-	tf_caps_t caps;
-	bool soft, qp_socks, ahead;
+	bool qp_socks;
 	tf_node_t *node = node_full(p, inl);
 	bool rec = recycles(p, inl);
 	tf_node_stats_t st;
 
-	/* Where the server does not send its QPs ahead: on the soft
-	 * provider, unless told to (on verbs it depends on the device and
-	 * on rdma_cm). */
-	CHECK_OK(tf_context_query_caps(p->ctx, &caps));
-	soft = !strcmp(caps.provider, "soft");
-	qp_socks = !soft || !strcmp(caps.transport, "tcp");
-	ahead = soft && !(ea && !strcmp(ea, "y"));
+	/* The verbs provider's QPs, and the soft tcp transport's, have
+	 * sockets of their own. */
+	qp_socks = strcmp(p->caps.provider, "soft") ||
+		   !strcmp(p->caps.transport, "tcp");
 	for (int i = 0; i < N; i++) {
 		tf_session_t *s;
 		int ret = tf_session_connect(node, st_host(), port, &sp, &s);
@@ -234,8 +228,7 @@ static void client(struct tf_pair *p, bool inl)
 		/* The socket made ahead takes the place of the one that
 		 * closed. */
 		st = stats(node);
-		CHECKF(soft ? st.stock_sockets == (ahead ? 1u : 0u)
-			    : st.stock_sockets <= 1,
+		CHECKF(st.stock_sockets == 1,
 		       "session %d: %llu sockets made ahead", i,
 		       (unsigned long long)st.stock_sockets);
 		/* Sockets only (a refill thread makes other fds meanwhile),

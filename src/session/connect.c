@@ -216,6 +216,7 @@ next:
 		addr = true;
 		/* The server connects its QPs and makes its answer. */
 		tf__stock_refill(c->node);
+		tf__node_sock_ahead(c->node, c->peer.ss_family);
 		goto next;
 	}
 	/* The handshake ends with its answer. */
@@ -249,8 +250,10 @@ next:
 		/* This side expected an ADDR and refills after it
 		 * (connect_new): a server that sent none still gets the
 		 * refill, or this node's stock would only drain. */
-		if (c->node->early_addr)
+		if (c->node->early_addr) {
 			tf__stock_refill(c->node);
+			tf__node_sock_ahead(c->node, c->peer.ss_family);
+		}
 	}
 	tf__wire_rx_reset(&c->rx);
 	return 0;

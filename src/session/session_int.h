@@ -580,9 +580,9 @@ void tf__node_keep(struct tf_node *node, struct tf_conn *c);
  * that sends early OPENs, its next nonce and early key.  Each at most
  * once; a failure leaves the handshake to make them. */
 void tf__node_keys_ahead(struct tf_node *node);
-/* Client, where a connect waits anyway: make the next connect's TCP
- * socket, of @family, unless one is there (not with
- * TOLLFREE_SESSION_SOURCE_ADDR).  tf__node_sock_take: that socket if it
+/* Client, where a connect waits anyway (with early addresses, after its
+ * QPs connected to the ADDR's): make the next connect's TCP socket, of
+ * @family, unless one is there (not with TOLLFREE_SESSION_SOURCE_ADDR).  tf__node_sock_take: that socket if it
  * is of @family and made in this process, else -1; the caller owns it. */
 void tf__node_sock_ahead(struct tf_node *node, int family);
 int tf__node_sock_take(struct tf_node *node, int family);

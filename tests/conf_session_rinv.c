@@ -267,17 +267,7 @@ int main(void)
 	st = stats(node);
 	if (!st.use_mw)
 		tf_test_skip("no memory windows");
-	if (p.side == TF_SIDE_B) {
-		tf_listener_t *l;
-
-		CHECK_OK(st_listen(node, &l));
-		tf_test_send_u64(&p, tf_listener_port(l));
-		server(&p, node, l);
-		tf_listener_destroy(l);
-	} else {
-		client(&p, node, (uint16_t)tf_test_recv_u64(&p));
-	}
-	tf_test_sync(&p);
+	st_run_node(&p, node, server, client);
 	st = stats(node);
 	CHECK(st.windows_live == 0 && st.slices_rented == 0);
 	tf_node_destroy(node);

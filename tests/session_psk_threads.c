@@ -95,11 +95,12 @@ static void server(struct tf_pair *p, tf_node_t *node, tf_listener_t *l)
 	       (unsigned long long)st.handshake_rejects);
 }
 
-static void client(tf_node_t *node, uint16_t port)
+static void client(struct tf_pair *p, tf_node_t *node, uint16_t port)
 {
 	struct client_thr t[THREADS];
 	tf_node_stats_t st;
 
+	(void)p;
 	for (unsigned i = 0; i < THREADS; i++) {
 		t[i] = (struct client_thr){.node = node, .port = port, .id = i};
 		CHECK(pthread_create(&t[i].thr, NULL, client_main, &t[i]) == 0);
@@ -130,17 +131,7 @@ int main(void)
 	tf_test_begin("session_psk_threads");
 	tf_test_pair_open(&p);
 	node = st_node(&p, -1, key, sizeof(key) - 1);
-	if (p.side == TF_SIDE_B) {
-		tf_listener_t *l;
-
-		CHECK_OK(st_listen(node, &l));
-		tf_test_send_u64(&p, tf_listener_port(l));
-		server(&p, node, l);
-		tf_listener_destroy(l);
-	} else {
-		client(node, (uint16_t)tf_test_recv_u64(&p));
-	}
-	tf_test_sync(&p);
+	st_run_node(&p, node, server, client);
 	tf_node_destroy(node);
 	return tf_test_pair_end(&p);
 }

@@ -101,6 +101,26 @@ st_run(struct tf_pair *p, void (*server)(struct tf_pair *, tf_listener_t *),
 	return tf_test_pair_end(p);
 }
 
+/* As st_run, on the caller's @node (open still after): side B listens
+ * and runs @server, side A runs @client against its port; both sync. */
+static inline void
+st_run_node(struct tf_pair *p, tf_node_t *node,
+	    void (*server)(struct tf_pair *, tf_node_t *, tf_listener_t *),
+	    void (*client)(struct tf_pair *, tf_node_t *, uint16_t))
+{
+	if (p->side == TF_SIDE_B) {
+		tf_listener_t *l;
+
+		CHECK_OK(st_listen(node, &l));
+		tf_test_send_u64(p, tf_listener_port(l));
+		server(p, node, l);
+		tf_listener_destroy(l);
+	} else {
+		client(p, node, (uint16_t)tf_test_recv_u64(p));
+	}
+	tf_test_sync(p);
+}
+
 /* Print the node's connection counters: what a test that failed on a
  * connection that was or was not reused leaves for its reader. */
 static inline void st_print_conn_stats(tf_node_t *node)

@@ -21,21 +21,21 @@
  *   but the client's last session leaves a receive posted, and its QP is
  *   destroyed, not given back (N - 1 on the client).
  * - each connect makes the next one's TCP socket while the server answers
- *   (stock_sockets 1; with early addresses after the ADDR),
- *   which the next connect takes: from the second session on, the
- *   client's open sockets stay as many as they were, the one made ahead
- *   having closed with its session and another made (where QPs have no
- *   sockets of their own), and the node's destroy closes the last one.
+ *   (with early addresses, after the ADDR): stock_sockets is 1 after
+ *   every session.  The next connect takes it: from the second session
+ *   on, where QPs have no sockets of their own, the client has as many
+ *   sockets open as before, but not the one made ahead before (it closed
+ *   with its session).  The node's destroy closes the last one.
  * Then TOLLFREE_SESSION_STOCK_REFILL=sometimes makes node creation fail
  * with -EINVAL, on side A alone.  In peer mode (two machines) only the
  * inline pair runs.
  */
+#include <dirent.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <dirent.h>
-#include <string.h>
 #include "session_util.h"
 
 #define N   5

@@ -31,7 +31,8 @@ cli "$cli" 127.0.0.1 "$port" nosuch >"$dir/out" || rc=$?
 # Not an && list: set -e does not stop on a failure left of &&.
 [ $rc -eq 3 ] || { echo "kv example: unknown key gave exit $rc, want 3"; exit 1; }
 grep -q '^nosuch: not found$' "$dir/out"
-wait $pid
+wait $pid || { echo "kv example: kv_server failed (exit $?)"; \
+	cat "$dir/srv.out"; exit 1; }
 
 # Several threads serve one port (-t 2: two listeners sharing it through
 # TF_LISTENER_REUSEPORT), while several client processes GET at once.

@@ -180,9 +180,13 @@ two_pass() {
 	else
 		rc=0
 		i=0
-		# Until the server listens (it may start later).
+		: >/tmp/kv.err
+		# Until the server listens (it may start later).  Every
+		# attempt's errors are kept: one that failed after the server
+		# counted its sessions (kv_server -n 4) explains the timeouts
+		# of the GETs after it.
 		until timeout 30 /tf/bin/kv_client $TWO_SRV "$kvp" alpha beta \
-			>/tmp/kv.out 2>/tmp/kv.err; do
+			>/tmp/kv.out 2>>/tmp/kv.err; do
 			i=$((i + 1))
 			[ $i -lt 60 ] || break
 			sleep 0.5
@@ -198,6 +202,8 @@ two_pass() {
 			timeout 30 /tf/bin/kv_client $TWO_SRV "$kvp" nosuch \
 				>/tmp/kv.out || r=$?
 			[ $r -eq 3 ] || { echo "nosuch: exit $r, want 3"; rc=1; }
+			[ $i -eq 0 ] ||
+				echo "alpha beta: $i failed attempts; their errors:"
 			cat /tmp/kv.err
 		} >/tmp/out 2>&1
 	fi

@@ -37,8 +37,9 @@ static int connect_tcp(struct tf_node *node, const struct tf_sess_addr *a,
 	 * cannot be reached from it. */
 	if (node->src_len && node->src.ss_family != a->sa.ss_family)
 		return -EAFNOSUPPORT;
-	/* Made ahead by the last connect, with its options. */
-	fd = node->src_len ? -1 : tf__node_sock_take(node, a->sa.ss_family);
+	/* Made ahead by the last connect, with its options (never with a
+	 * source address). */
+	fd = tf__node_sock_take(node, a->sa.ss_family);
 	if (fd < 0) {
 		fd = socket(a->sa.ss_family,
 			    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -380,6 +380,7 @@ int tf_node_create(tf_context_t *ctx, const tf_node_params_t *params,
 			     cfg->session_stock_refill);
 	if (ret)
 		goto err_rc;
+	atomic_store(&node->keys_lacking, true);
 	tf__node_keys_ahead(node);
 	tf__sess_stats_register(node);
 	*node_p = node;
@@ -561,7 +562,27 @@ static struct tf_sess_keys *keys_get(struct tf_node *node,
 
 struct tf_sess_keys *tf__node_keys_spare(struct tf_node *node)
 {
+	/* Taken, or missing since a make failed: the next
+	 * tf__node_keys_ahead makes one. */
+	atomic_store_explicit(&node->keys_lacking, true, memory_order_relaxed);
 	return keys_get(node, &node->keys_spare);
+}
+
+/* *@k_p (NULL: a new one) keyed for the early OPEN of @nonce, @server's
+ * direction; on failure it is freed and NULL. */
+static int early_keyed(struct tf_node *node, const uint8_t nonce[TF_WIRE_NONCE],
+		       bool server, struct tf_sess_keys **k_p)
+{
+	int ret;
+
+	if (!*k_p)
+		return tf__keys_early(node->early_key, nonce, server, k_p);
+	ret = tf__keys_early_rekey(node->early_key, nonce, *k_p);
+	if (ret) {
+		tf__keys_free(*k_p);
+		*k_p = NULL;
+	}
+	return ret;
 }
 
 /* The client's early key object, keyed for a fresh nonce and left
@@ -580,7 +601,7 @@ static void early_ahead(struct tf_node *node)
 	if (!k)
 		return;
 	if (tf__random_buffered(nonce, sizeof(nonce)) ||
-	    tf__keys_early_rekey(node->early_key, nonce, k)) {
+	    early_keyed(node, nonce, false, &k)) {
 		tf__keys_free(k);
 		return;
 	}
@@ -602,7 +623,11 @@ void tf__node_keys_ahead(struct tf_node *node)
 	struct tf_sess_keys *k;
 	bool want;
 
-	if (!node->psk_len)
+	/* Nothing taken since the last call (the idle accept of a
+	 * busy-polling listener calls this every turn): no lock. */
+	if (!node->psk_len ||
+	    !atomic_exchange_explicit(&node->keys_lacking, false,
+				      memory_order_relaxed))
 		return;
 	pthread_mutex_lock(&node->lock);
 	want = !node->keys_spare;
@@ -630,30 +655,24 @@ int tf__node_early_take(struct tf_node *node, uint8_t nonce_c[TF_WIRE_NONCE],
 	node->early_ready = false;
 	explicit_bzero(node->early_nonce, sizeof(node->early_nonce));
 	pthread_mutex_unlock(&node->lock);
-	if (ready) {
-		*k_p = k;
-		return 0;
-	}
-	ret = tf__random_buffered(nonce_c, TF_WIRE_NONCE);
-	if (ret) {
-		tf__keys_free(k);
-		return ret;
-	}
-	if (k) {
-		ret = tf__keys_early_rekey(node->early_key, nonce_c, k);
+	if (!ready) {
+		ret = tf__random_buffered(nonce_c, TF_WIRE_NONCE);
+		if (!ret)
+			ret = early_keyed(node, nonce_c, false, &k);
 		if (ret) {
 			tf__keys_free(k);
 			return ret;
 		}
-		*k_p = k;
-		return 0;
 	}
-	return tf__keys_early(node->early_key, nonce_c, false, k_p);
+	*k_p = k;
+	return 0;
 }
 
 void tf__node_early_put(struct tf_node *node, struct tf_sess_keys *k)
 {
 	keys_put(node, &node->early_keys, k);
+	/* Back unready: the next tf__node_keys_ahead readies it. */
+	atomic_store_explicit(&node->keys_lacking, true, memory_order_relaxed);
 }
 
 int tf__node_early_open_take(struct tf_node *node,
@@ -661,17 +680,11 @@ int tf__node_early_open_take(struct tf_node *node,
 			     struct tf_sess_keys **k_p)
 {
 	struct tf_sess_keys *k = keys_get(node, &node->early_open_keys);
-	int ret;
+	int ret = early_keyed(node, nonce_c, true, &k);
 
-	if (!k)
-		return tf__keys_early(node->early_key, nonce_c, true, k_p);
-	ret = tf__keys_early_rekey(node->early_key, nonce_c, k);
-	if (ret) {
-		tf__keys_free(k);
-		return ret;
-	}
-	*k_p = k;
-	return 0;
+	if (!ret)
+		*k_p = k;
+	return ret;
 }
 
 void tf__node_early_open_put(struct tf_node *node, struct tf_sess_keys *k)

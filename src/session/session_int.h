@@ -321,6 +321,9 @@ struct tf_node {
 	uint8_t early_nonce[TF_WIRE_NONCE];
 	bool early_ready;
 	unsigned early_gen;
+	/* Set when a take left tf__node_keys_ahead something to make (as
+	 * the stock's lacking): read without the lock. */
+	atomic_bool keys_lacking;
 	/* Client: a TCP socket for the next connect, made with its options
 	 * where a connect waits anyway (tf__node_sock_ahead), of the family
 	 * of the last connect, in fork generation sock_gen; -1: none.

@@ -50,12 +50,14 @@ for i in $(seq 100); do [ -s "$dir/port" ] && break; sleep 0.05; done
 port=$(cat "$dir/port")
 cpids=
 for c in $(seq $nc); do
-	cli "$cli" 127.0.0.1 "$port" alpha big beta >"$dir/out.$c" 2>&1 &
+	cli "$cli" 127.0.0.1 "$port" alpha big beta >"$dir/out.$c" \
+		2>"$dir/err.$c" &
 	cpids="$cpids $!"
 done
 for p in $cpids; do
 	wait "$p" || { echo "kv example: a concurrent client failed"; \
-		grep -hv '^big=' "$dir"/out.* "$dir/srv.out"; exit 1; }
+		grep -hv '^big=' "$dir"/out.* "$dir"/err.* "$dir/srv.out"; \
+		exit 1; }
 done
 for c in $(seq $nc); do
 	printf 'alpha=one\nbig=%s\nbeta=two\n' "$big" | cmp - "$dir/out.$c"

@@ -425,11 +425,15 @@ run_peers() {
 #   cmtime -c 1 (rdma-core: one rdma_cm connection, set up and torn down
 #   step by step), ucx_session (bench/peers/ucx_session.c: UCX rc_verbs,
 #   connected through UCX's rdmacm connection manager) and
-#   tollfree-bench crr --provider verbs -k 1 -s 1K --modes pool+mw/new
-#   (median connect and close phases, and the median session).
+#   tollfree-bench crr --provider verbs -k 1 -s 1K --modes
+#   pool+mw/new,tcp-crr,tcp-crr-spin (median connect and close phases,
+#   and the median session), and pool+mw/new again with
+#   TOLLFREE_SESSION_STOCK=0 (the cold path: no connection stock).
 # One record per result:
 #   @@SESS cmtime <step> <us> <rep>      (cmtime's "us / conn" column)
 #   @@SESS crr <connect_us> <close_us> <session_us> <rep>
+#   @@SESS tcp <mode> <session_us> <rep>
+#   @@SESS cold <connect_us> <close_us> <session_us> <rep>
 #   @@SESS ucx <median_session_us> <rep>
 #   @@SESSFAIL <tool> rep <rep>: <last lines of its output>
 run_sessions() {
@@ -474,12 +478,26 @@ run_sessions() {
 		fi
 		TOLLFREE_DEVICE=rxe0 timeout 300 /tf/bin/tollfree-bench crr \
 			--provider verbs --device rxe0 -k 1 -s 1K \
-			--modes pool+mw/new -n "$SESS_N" --csv >/tmp/crr.csv 2>&1
+			--modes pool+mw/new,tcp-crr,tcp-crr-spin -n "$SESS_N" \
+			--csv >/tmp/crr.csv 2>&1
 		# mode,sessions,t_min,t_typical,...,connect(10),...,close(14)
 		awk -F, -v r="$rep" '$1 == "pool+mw/new" && NF >= 14 {
-			print "@@SESS crr " $10 " " $14 " " $4 " " r }' /tmp/crr.csv
+			print "@@SESS crr " $10 " " $14 " " $4 " " r }
+			$1 ~ /^tcp-crr(-spin)?$/ && NF >= 14 {
+			print "@@SESS tcp " $1 " " $4 " " r }' /tmp/crr.csv
 		grep -q '^pool+mw/new,' /tmp/crr.csv ||
 			echo "@@SESSFAIL crr rep $rep: $(tail -3 /tmp/crr.csv |
+				tr '\n' ' ')"
+		# The cold path: no connection stock on either side, so each
+		# connect creates its QPs and CQs and moves them to INIT.
+		TOLLFREE_SESSION_STOCK=0 TOLLFREE_DEVICE=rxe0 timeout 300 \
+			/tf/bin/tollfree-bench crr --provider verbs --device rxe0 \
+			-k 1 -s 1K --modes pool+mw/new -n "$SESS_N" --csv \
+			>/tmp/crr.csv 2>&1
+		awk -F, -v r="$rep" '$1 == "pool+mw/new" && NF >= 14 {
+			print "@@SESS cold " $10 " " $14 " " $4 " " r }' /tmp/crr.csv
+		grep -q '^pool+mw/new,' /tmp/crr.csv ||
+			echo "@@SESSFAIL crr-cold rep $rep: $(tail -3 /tmp/crr.csv |
 				tr '\n' ' ')"
 		# A UCX failure is the same every run: said once.
 		if [ -x /tf/bin/ucx_session ] && [ $ucx_ok = 1 ]; then

@@ -637,8 +637,15 @@ fi
 #                           which tollfree's long-lived node does not
 #                           repeat per session;
 #   ucx-rc_verbs-session    ucx_session's median session against crr's
-#                           (ratio: UCX over tollfree).
-# Also written to sessions.txt: "what peer_us tollfree_us ratio runs".
+#                           (ratio: UCX over tollfree);
+#   new-over-tcp-crr[-spin] crr's least median TCP session (a new
+#                           connection, one exchange, close) against its
+#                           least median pool+mw/new session, same guest;
+#   stock-connect-over-cold crr's least median connect phase with
+#                           TOLLFREE_SESSION_STOCK=0 against the least
+#                           with the stock.
+# Also written to sessions.txt: "what peer_us tollfree_us ratio runs"
+# (the first three rows: bench/peers/run.sh reads them).
 rm -f "$W/sessions.txt"
 grep '^@@SESSFAIL' "$LOG" | sed 's/^@@SESSFAIL/sessions: failed:/' || true
 if grep -q '^@@SESS ' "$LOG"; then
@@ -651,6 +658,7 @@ if grep -q '^@@SESS ' "$LOG"; then
 		step[$3] = 1; sv[$3, r] = $4; cm[r] = 1
 	}
 	/^@@SESS crr / {
+		if (ncrr == 0 || $3 + 0 < stock_conn) stock_conn = $3 + 0
 		c = $3 + $4
 		if (ncrr == 0 || c < best_cc) {
 			best_cc = c; best_conn = $3; best_close = $4
@@ -661,6 +669,15 @@ if grep -q '^@@SESS ' "$LOG"; then
 	/^@@SESS ucx / {
 		if (nucx == 0 || $3 + 0 < best_ucx) best_ucx = $3
 		nucx++
+	}
+	/^@@SESS tcp / {
+		if (!(($3) in best_tcp) || $4 + 0 < best_tcp[$3])
+			best_tcp[$3] = $4 + 0
+		ntcp[$3]++
+	}
+	/^@@SESS cold / {
+		if (ncold == 0 || $3 + 0 < cold_conn) cold_conn = $3 + 0
+		ncold++
 	}
 	END {
 		for (r in cm) {
@@ -707,11 +724,30 @@ if grep -q '^@@SESS ' "$LOG"; then
 			       "ucx-rc_verbs-session", best_ucx, best_tf,
 			       best_ucx / best_tf, nucx > out
 		}
+		# Issue 12 on rxe: a new connection per session against TCP
+		# doing the same in the same guest, and the connect phase
+		# with the connection stock against the cold path.
+		split("tcp-crr tcp-crr-spin", tm, " ")
+		for (i = 1; i <= 2; i++)
+			if (ncrr && (tm[i] in best_tcp))
+				printf "%-26s %12.1f %12.1f %7.2f %5d  %s\n",
+				       "new-over-" tm[i], best_tcp[tm[i]],
+				       best_tf, best_tf / best_tcp[tm[i]],
+				       ntcp[tm[i]],
+				       "pool+mw/new session over " tm[i] \
+				       " (target <= 1.0)"
+		if (ncrr && ncold)
+			printf "%-26s %12.1f %12.1f %7.2f %5d  %s\n",
+			       "stock-connect-over-cold", cold_conn,
+			       stock_conn, stock_conn / cold_conn, ncold,
+			       "connect phase, stock over TOLLFREE_SESSION_STOCK=0 (target <= 0.3)"
 	}' "$LOG" >"$W/sessions.report"
 	echo "--- short sessions on rxe0, same guest ($(
 		sed -n 's/^@@SESS_BEGIN //p' "$LOG" | head -1); crr: tollfree-bench" \
-		"crr --provider verbs -k 1 -s 1K --modes pool+mw/new; the best" \
-		"run of each; TCG: only the ratios mean something) ---"
+		"crr --provider verbs -k 1 -s 1K --modes" \
+		"pool+mw/new,tcp-crr,tcp-crr-spin, and pool+mw/new with" \
+		"TOLLFREE_SESSION_STOCK=0; the best run of each; TCG: only the" \
+		"ratios mean something) ---"
 	cat "$W/sessions.report"
 elif [ "$PEERS" = 1 ]; then
 	echo "sessions: no cmtime/ucx_session/crr results (see $LOG)"

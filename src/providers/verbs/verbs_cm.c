@@ -30,7 +30,10 @@
  * thread; a QP's state changes under the context's rdma_cm lock and waiters
  * sleep on its condition variable.  A cm id whose QP goes away is
  * destroyed outside the lock: rdma_destroy_id waits until the thread has
- * acknowledged every event it took for the id.
+ * acknowledged every event it took for the id, except the connect request
+ * that made it (librdmacm counts that one against the listener's id), so
+ * a QP's close also waits while the thread accepts a request for it
+ * (cm_accepting).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -329,6 +332,7 @@ static bool on_request(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
 		why = "not from the QP it was connected to";
 	if (!why && qp->cm_expect) {
 		qp->cm_id = ev->id;
+		qp->cm_accepting = true;
 		set_state(cm, qp, VERBS_CM_CONNECTING, 0);
 		accept = true;
 	} else if (!why) {
@@ -346,8 +350,13 @@ static bool on_request(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
 		}
 	}
 	pthread_mutex_unlock(&cm->lock);
-	if (accept)
+	if (accept) {
 		accept_request(c, qp, ev->id);
+		pthread_mutex_lock(&cm->lock);
+		qp->cm_accepting = false;
+		pthread_cond_broadcast(&cm->cond);
+		pthread_mutex_unlock(&cm->lock);
+	}
 	pthread_rwlock_unlock(&c->qp_lock);
 	if (why) {
 		tf_log_info(VERBS_SUBSYS,
@@ -411,12 +420,15 @@ static void on_active(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
 	struct tf_verbs_qp *qp = ev->id->context;
 	struct rdma_conn_param p;
 	uint8_t pd[CM_PD_LEN];
+	const char *step = NULL; /* our call that failed */
 	int ret = 0;
 
 	switch (ev->event) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
-		if (rdma_resolve_route(ev->id, CM_RESOLVE_MS))
-			ret = -errno;
+		if (rdma_resolve_route(ev->id, CM_RESOLVE_MS)) {
+			ret = tf_verbs_errno(EIO);
+			step = "rdma_resolve_route";
+		}
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED:
 		pthread_mutex_lock(&cm->lock);
@@ -429,14 +441,19 @@ static void on_active(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
 		put32(pd + 20, qp->cm_token);
 		pthread_mutex_unlock(&cm->lock);
 		conn_param(qp, &p, pd, sizeof(pd));
-		if (rdma_connect(ev->id, &p))
-			ret = -errno;
+		if (rdma_connect(ev->id, &p)) {
+			ret = tf_verbs_errno(EIO);
+			step = "rdma_connect";
+		}
 		break;
 	case RDMA_CM_EVENT_CONNECT_RESPONSE:
-		/* IB and RoCE: our QP, not rdma_cm's, so we move it. */
+		/* IB and RoCE: our QP, not rdma_cm's, so we move it (it
+		 * logs its own failure). */
 		ret = move_rts(qp, ev->id);
-		if (!ret && rdma_establish(ev->id))
-			ret = -errno;
+		if (!ret && rdma_establish(ev->id)) {
+			ret = tf_verbs_errno(EIO);
+			step = "rdma_establish";
+		}
 		if (!ret) {
 			pthread_mutex_lock(&cm->lock);
 			set_state(cm, qp, VERBS_CM_ESTABLISHED, 0);
@@ -456,10 +473,18 @@ static void on_active(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
 		return;
 	}
 	if (ret) {
-		tf_log_info(VERBS_SUBSYS,
-			    "qp %u: connecting to qp %u: %s (status %d)",
-			    qp->base.qpn, qp->cm_peer_qpn, ev_str(ev->event),
-			    ev->status);
+		if (step)
+			tf_log_info(VERBS_SUBSYS,
+				    "qp %u: connecting to qp %u: %s after %s: "
+				    "%s",
+				    qp->base.qpn, qp->cm_peer_qpn, step,
+				    ev_str(ev->event), strerror(-ret));
+		else
+			tf_log_info(VERBS_SUBSYS,
+				    "qp %u: connecting to qp %u: %s (status "
+				    "%d)",
+				    qp->base.qpn, qp->cm_peer_qpn,
+				    ev_str(ev->event), ev->status);
 		pthread_mutex_lock(&cm->lock);
 		if (qp->cm_state == VERBS_CM_CONNECTING)
 			set_state(cm, qp, VERBS_CM_FAILED, ret);
@@ -988,6 +1013,12 @@ void tf_verbs_cm_qp_close(struct tf_verbs_qp *qp)
 	if (!cm)
 		return;
 	pthread_mutex_lock(&cm->lock);
+	/* Not while the event thread accepts a request for the QP: the id
+	 * of a connect request is destroyed without waiting for that event
+	 * (librdmacm counts it against the listener's id), and would be
+	 * freed under rdma_accept. */
+	while (qp->cm_accepting)
+		pthread_cond_wait(&cm->cond, &cm->lock);
 	id = qp->cm_id;
 	qp->cm_id = NULL;
 	set_state(cm, qp, VERBS_CM_CLOSED, 0);

@@ -201,6 +201,9 @@ struct tf_verbs_qp {
 	uint32_t cm_peer_qpn, cm_peer_token;
 	atomic_bool cm_wait;
 	atomic_bool cm_broken; /* disconnected: the QP is in the error state */
+	/* The event thread is accepting the request in cm_id: the id must
+	 * outlive that, and tf_verbs_cm_qp_close waits (verbs_cm.c). */
+	bool cm_accepting;
 };
 
 /* rdma_cm state of a QP. */

@@ -625,6 +625,7 @@ static int verbs_pd_alloc(struct tf_context *ctx, struct tf_pd **pd_p)
 		tf__free(pd);
 		return ret;
 	}
+	pthread_mutex_init(&pd->iw_lock, NULL);
 	*pd_p = &pd->base;
 	return 0;
 }
@@ -634,11 +635,14 @@ static int verbs_pd_free(struct tf_pd *bpd)
 	struct tf_verbs_pd *pd = VERBS_PD(bpd);
 	int ret;
 
+	/* The core frees a PD only without QPs: no slot is in use. */
+	tf_verbs_iw_pd_fini(pd);
 	ret = ibv_dealloc_pd(pd->ibpd);
 	if (ret) {
 		tf_log_warn(VERBS_SUBSYS, "ibv_dealloc_pd: %s", strerror(ret));
 		return -ret;
 	}
+	pthread_mutex_destroy(&pd->iw_lock);
 	tf__free(pd);
 	return 0;
 }

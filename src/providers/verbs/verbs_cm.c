@@ -34,6 +34,8 @@
  * that made it (librdmacm counts that one against the listener's id), so
  * a QP's close also waits while the thread accepts a request for it
  * (cm_accepting).
+ *
+ * iWARP's responder must not send first: verbs_iw.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -101,7 +103,9 @@ void tf_verbs_cm_stop(struct tf_verbs_ctx *c)
 
 /* The private data of a connect request, big-endian. */
 #define CM_PD_MAGIC	0x5446434du /* "TFCM" */
-#define CM_PD_VERSION	1
+/* 2: on iWARP, the initiator sends a token first (verbs_iw.c), which a
+ * version-1 responder would take as the application's. */
+#define CM_PD_VERSION	2
 #define CM_PD_LEN	24
 
 struct tf_verbs_cm {
@@ -512,12 +516,22 @@ static struct rdma_cm_id *on_event(struct tf_verbs_ctx *c,
 	if (!qp)
 		return NULL;
 	switch (ev->event) {
-	case RDMA_CM_EVENT_ESTABLISHED:
+	case RDMA_CM_EVENT_ESTABLISHED: {
+		/* iWARP: the initiator's token goes first (verbs_iw.c); the
+		 * application's sends wait for the state set here. */
+		int ret = c->iwarp && qp->cm_active ? tf_verbs_iw_send_token(qp)
+						    : 0;
+
 		pthread_mutex_lock(&cm->lock);
-		if (qp->cm_state == VERBS_CM_CONNECTING)
-			set_state(cm, qp, VERBS_CM_ESTABLISHED, 0);
+		if (qp->cm_state == VERBS_CM_CONNECTING) {
+			if (ret)
+				set_state(cm, qp, VERBS_CM_FAILED, ret);
+			else
+				set_state(cm, qp, VERBS_CM_ESTABLISHED, 0);
+		}
 		pthread_mutex_unlock(&cm->lock);
 		break;
+	}
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		/* iWARP's kernel moved the QP to the error state.  On IB and
@@ -967,6 +981,19 @@ int tf_verbs_cm_connect(struct tf_verbs_qp *qp,
 						    : connect_passive(qp, peer);
 }
 
+/* The connection of @qp failed or ended (the responder's wait for the
+ * initiator's token, verbs_iw.c). */
+static bool cm_gone(struct tf_verbs_qp *qp)
+{
+	struct tf_verbs_cm *cm = qp->ctx->cm;
+	bool gone;
+
+	pthread_mutex_lock(&cm->lock);
+	gone = qp->cm_state != VERBS_CM_ESTABLISHED;
+	pthread_mutex_unlock(&cm->lock);
+	return gone || atomic_load(&qp->cm_broken);
+}
+
 int tf_verbs_cm_wait(struct tf_verbs_qp *qp)
 {
 	struct tf_verbs_cm *cm = qp->ctx->cm;
@@ -980,6 +1007,20 @@ int tf_verbs_cm_wait(struct tf_verbs_qp *qp)
 		;
 	switch (qp->cm_state) {
 	case VERBS_CM_ESTABLISHED:
+		if (qp->ctx->iwarp && !qp->cm_active && !qp->iw_ready) {
+			/* The responder: not before the initiator's first
+			 * message (verbs_iw.c).  The QP's one poster is
+			 * here; the event thread must not wait for it. */
+			pthread_mutex_unlock(&cm->lock);
+			ret = tf_verbs_iw_wait_token(qp, deadline, cm_gone);
+			pthread_mutex_lock(&cm->lock);
+			if (ret)
+				break;
+			qp->iw_ready = true;
+		}
+		atomic_store(&qp->cm_wait, false);
+		ret = 0;
+		break;
 	case VERBS_CM_CLOSED:
 		/* Closed after it was established: the QP is in the error
 		 * state, and what is posted now is flushed, as on any

@@ -50,6 +50,9 @@
 #define VERBS_WRID_GEN_SHIFT 48
 #define VERBS_WRID_GEN_MASK  0x7fffu
 #define VERBS_WRID_SEQ_MASK  ((1ull << 48) - 1)
+/* The generation of the provider's own WRs (verbs_iw.c), which no QP
+ * has: the poller drops their completions. */
+#define VERBS_WRID_GEN_PROV VERBS_WRID_GEN_MASK
 
 /* WRs translated per ibv_post_send/ibv_post_recv call; bounds the stack
  * used by the post path, which never allocates. */
@@ -116,9 +119,14 @@ struct tf_verbs_ctx {
 	struct tf_verbs_cm *cm;
 };
 
+struct tf_verbs_iw;
+
 struct tf_verbs_pd {
 	struct tf_pd base;
 	struct ibv_pd *ibpd;
+	/* iWARP: the pages of token slots of this PD's QPs (verbs_iw.c). */
+	pthread_mutex_t iw_lock;
+	struct tf_verbs_iw *iw;
 };
 
 struct tf_verbs_mr {
@@ -204,6 +212,12 @@ struct tf_verbs_qp {
 	/* The event thread is accepting the request in cm_id: the id must
 	 * outlive that, and tf_verbs_cm_qp_close waits (verbs_cm.c). */
 	bool cm_accepting;
+	/* iWARP (verbs_iw.c): the token slot of the provider's receive, and
+	 * whether this side may send (the initiator once established, the
+	 * responder once it answered the initiator's token). */
+	struct tf_verbs_iw *iw_page;
+	uint32_t iw_slot;
+	bool iw_ready;
 };
 
 /* rdma_cm state of a QP. */
@@ -269,6 +283,18 @@ int tf_verbs_cm_wait(struct tf_verbs_qp *qp);
 void tf_verbs_cm_qp_close(struct tf_verbs_qp *qp);
 /* At context close: stop the event thread, close the listener. */
 void tf_verbs_cm_stop(struct tf_verbs_ctx *ctx);
+/* verbs_iw.c: iWARP's initiator speaks first.  A QP's kept receive (at
+ * create, before the application's), and its slot back (after destroy). */
+int tf_verbs_iw_qp_init(struct tf_verbs_pd *pd, struct tf_verbs_qp *qp);
+void tf_verbs_iw_qp_fini(struct tf_verbs_pd *pd, struct tf_verbs_qp *qp);
+/* Before ibv_dealloc_pd: the PD's token pages. */
+void tf_verbs_iw_pd_fini(struct tf_verbs_pd *pd);
+/* The initiator, once established: its token, first on the send queue. */
+int tf_verbs_iw_send_token(struct tf_verbs_qp *qp);
+/* The responder, before its first send: wait for the initiator's token
+ * until @deadline_ms (CLOCK_MONOTONIC), or until @gone(@qp), and answer. */
+int tf_verbs_iw_wait_token(struct tf_verbs_qp *qp, uint64_t deadline_ms,
+			   bool (*gone)(struct tf_verbs_qp *));
 /* Take @mw off the bound list of its QP, if it is on one. */
 void tf_verbs_mw_unbind(struct tf_verbs_ctx *ctx, struct tf_verbs_mw *mw);
 

@@ -180,6 +180,17 @@ static int qp_modify(struct tf_verbs_qp *qp, struct ibv_qp_attr *a, int mask,
 }
 
 /* RESET -> INIT with the access flags of the QP's create. */
+/* A QP's next generation: never the provider's own (VERBS_WRID_GEN_PROV). */
+static uint32_t next_gen(struct tf_verbs_ctx *c)
+{
+	uint32_t gen;
+
+	do
+		gen = atomic_fetch_add(&c->qp_gen, 1) & VERBS_WRID_GEN_MASK;
+	while (gen == VERBS_WRID_GEN_PROV);
+	return gen;
+}
+
 static int qp_to_init(struct tf_verbs_qp *qp)
 {
 	struct ibv_qp_attr a = {
@@ -213,10 +224,20 @@ int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 		.qp_type = IBV_QPT_RC,
 		.sq_sig_all = 0,
 	};
+	const struct ibv_device_attr *da = &c->dattr.orig_attr;
+	/* iWARP: one send and one receive more, the provider's
+	 * (verbs_iw.c), within the device's limit. */
+	uint32_t prov = c->iwarp ? 1 : 0;
 	struct tf_verbs_qp *qp;
 	uint32_t psn;
 	int ret;
 
+	if (prov) {
+		if (ia.cap.max_send_wr < (uint32_t)da->max_qp_wr)
+			ia.cap.max_send_wr++;
+		if (ia.cap.max_recv_wr < (uint32_t)da->max_qp_wr)
+			ia.cap.max_recv_wr++;
+	}
 	/* Ask no more inline data than the device was seen to take: siw
 	 * takes 80 bytes, and the caller's 256 would cost a refused QP and
 	 * then inline sends altogether. */
@@ -256,23 +277,23 @@ int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 	}
 	qp->ctx = c;
 	qp->base.qpn = qp->ibqp->qp_num;
-	qp->base.max_send_wr = ia.cap.max_send_wr;
-	qp->base.max_recv_wr = ia.cap.max_recv_wr;
+	qp->base.max_send_wr = ia.cap.max_send_wr - prov;
+	qp->base.max_recv_wr = ia.cap.max_recv_wr - prov;
 	qp->base.max_sge = attr->max_sge; /* what the post path checks */
 	qp->base.max_inline_data = ia.cap.max_inline_data;
 	qp->base.access = attr->access;
 	qp->base.rnr_retry = attr->rnr_retry;
 	qp->base.timeout_ms = attr->timeout_ms;
-	qp->gen = atomic_fetch_add(&c->qp_gen, 1) & VERBS_WRID_GEN_MASK;
+	qp->gen = next_gen(c);
 	ret = tf__random(&psn, sizeof(psn));
 	if (ret)
 		goto err_destroy;
 	qp->psn = psn & 0xffffff;
 
-	qp->sq_max = ia.cap.max_send_wr;
+	qp->sq_max = qp->base.max_send_wr;
 	qp->sq_mask = pow2_at_least(qp->sq_max) - 1;
 	qp->sq = tf__calloc(qp->sq_mask + 1, sizeof(*qp->sq));
-	qp->rq_max = ia.cap.max_recv_wr;
+	qp->rq_max = qp->base.max_recv_wr;
 	qp->rq_mask = pow2_at_least(qp->rq_max) - 1;
 	qp->rq = tf__calloc(qp->rq_mask + 1, sizeof(*qp->rq));
 	if (!qp->sq || !qp->rq) {
@@ -283,12 +304,20 @@ int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 	ret = qp_to_init(qp);
 	if (ret)
 		goto err_rings;
+	/* Before the application can post a receive. */
+	if (prov) {
+		ret = tf_verbs_iw_qp_init(VERBS_PD(bpd), qp);
+		if (ret)
+			goto err_rings;
+	}
 	ret = qp_map_insert(c, qp);
 	if (ret)
-		goto err_rings;
+		goto err_iw;
 	*qp_p = &qp->base;
 	return 0;
 
+err_iw:
+	tf_verbs_iw_qp_fini(VERBS_PD(bpd), qp);
 err_rings:
 	tf__free(qp->sq);
 	tf__free(qp->rq);
@@ -320,6 +349,8 @@ int tf_verbs_qp_destroy(struct tf_qp *bqp)
 	/* Completions still queued for the QP are dropped by the poller
 	 * once the QP is out of the map. */
 	qp_map_remove(qp->ctx, qp);
+	/* The provider's receive went with the QP. */
+	tf_verbs_iw_qp_fini(VERBS_PD(qp->base.pd), qp);
 	tf__free(qp->sq);
 	tf__free(qp->rq);
 	tf__free(qp);
@@ -492,7 +523,7 @@ int tf_verbs_qp_reset(struct tf_qp *bqp)
 	if (ret)
 		return ret;
 	qp->base.state = TF_QPS_RESET;
-	qp->gen = atomic_fetch_add(&c->qp_gen, 1) & VERBS_WRID_GEN_MASK;
+	qp->gen = next_gen(c);
 	qp->psn = psn & 0xffffff;
 	atomic_store(&qp->sq_head, 0);
 	atomic_store(&qp->sq_tail, 0);

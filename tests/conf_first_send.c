@@ -32,18 +32,10 @@ static uint32_t seed_of(int side, int round, int i)
 static void make_qp(struct tf_pair *p, struct tf_test_qp *q,
 		    struct tf_test_buf *rbuf, int i)
 {
-	tf_cq_params_t cqp = {.field_mask = TF_CQ_PARAM_DEPTH, .depth = 64};
-	tf_qp_params_t qpp = {0};
 	uint8_t blob[TF_QP_ADDR_MAX];
 	size_t len = sizeof(blob);
 
-	memset(q, 0, sizeof(*q));
-	CHECK_OK(tf_cq_create(p->ctx, &cqp, &q->scq));
-	CHECK_OK(tf_cq_create(p->ctx, &cqp, &q->rcq));
-	q->own_cqs = true;
-	qpp.send_cq = q->scq;
-	qpp.recv_cq = q->rcq;
-	CHECK_OK(tf_qp_create(p->pd, &qpp, &q->qp));
+	tf_test_qp_create(p, NULL, q);
 	tf_test_post_recv1(q->qp, (uint64_t)i, rbuf->addr + (size_t)i * MSG,
 			   MSG, tf_test_buf_lkey(rbuf));
 	CHECK_OK(tf_qp_get_addr(q->qp, blob, &len));

@@ -668,14 +668,11 @@ int tf_test_pair_end(struct tf_pair *p)
 	return rc;
 }
 
-void tf_test_qp_open(struct tf_pair *p, const tf_qp_params_t *params,
-		     struct tf_test_qp *q)
+void tf_test_qp_create(struct tf_pair *p, const tf_qp_params_t *params,
+		       struct tf_test_qp *q)
 {
 	tf_qp_params_t qpp = {0};
 	tf_cq_params_t cqp = {.field_mask = TF_CQ_PARAM_DEPTH};
-	uint8_t blob[TF_QP_ADDR_MAX], peer[TF_QP_ADDR_MAX];
-	size_t len = sizeof(blob);
-	uint64_t plen;
 
 	if (params)
 		qpp = *params;
@@ -701,6 +698,16 @@ void tf_test_qp_open(struct tf_pair *p, const tf_qp_params_t *params,
 	}
 	CHECK_OK(tf_qp_create(p->pd, &qpp, &q->qp));
 	CHECK(tf_qp_state(q->qp) == TF_QPS_INIT);
+}
+
+void tf_test_qp_open(struct tf_pair *p, const tf_qp_params_t *params,
+		     struct tf_test_qp *q)
+{
+	uint8_t blob[TF_QP_ADDR_MAX], peer[TF_QP_ADDR_MAX];
+	size_t len = sizeof(blob);
+	uint64_t plen;
+
+	tf_test_qp_create(p, params, q);
 	CHECK_OK(tf_qp_get_addr(q->qp, blob, &len));
 	CHECK(len > 0 && len <= TF_QP_ADDR_MAX);
 	tf_test_send_u64(p, len);

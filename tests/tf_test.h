@@ -224,6 +224,9 @@ const char *tf_test_peer_host(void);
  */
 void tf_test_qp_open(struct tf_pair *p, const tf_qp_params_t *params,
 		     struct tf_test_qp *q);
+/* Its first half: create the QP (and its CQs, as above), in INIT. */
+void tf_test_qp_create(struct tf_pair *p, const tf_qp_params_t *params,
+		       struct tf_test_qp *q);
 /* Destroy the QP and its CQs (no barrier).  Idempotent. */
 void tf_test_qp_close(struct tf_test_qp *q);
 /* Barrier, close @q, open it again with @params (a fresh QP pair, e.g.

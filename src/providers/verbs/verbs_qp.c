@@ -179,7 +179,6 @@ static int qp_modify(struct tf_verbs_qp *qp, struct ibv_qp_attr *a, int mask,
 	return -ret;
 }
 
-/* RESET -> INIT with the access flags of the QP's create. */
 /* A QP's next generation: never the provider's own (VERBS_WRID_GEN_PROV). */
 static uint32_t next_gen(struct tf_verbs_ctx *c)
 {
@@ -191,6 +190,7 @@ static uint32_t next_gen(struct tf_verbs_ctx *c)
 	return gen;
 }
 
+/* RESET -> INIT with the access flags of the QP's create. */
 static int qp_to_init(struct tf_verbs_qp *qp)
 {
 	struct ibv_qp_attr a = {
@@ -312,17 +312,17 @@ int tf_verbs_qp_create(struct tf_pd *bpd, const struct tf_qp *attr,
 	}
 	ret = qp_map_insert(c, qp);
 	if (ret)
-		goto err_iw;
+		goto err_rings;
 	*qp_p = &qp->base;
 	return 0;
 
-err_iw:
-	tf_verbs_iw_qp_fini(VERBS_PD(bpd), qp);
 err_rings:
 	tf__free(qp->sq);
 	tf__free(qp->rq);
 err_destroy:
 	ibv_destroy_qp(qp->ibqp);
+	/* After the QP: its receive took the slot. */
+	tf_verbs_iw_qp_fini(VERBS_PD(bpd), qp);
 err_free:
 	tf__free(qp);
 	return ret;

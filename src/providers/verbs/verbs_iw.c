@@ -52,14 +52,6 @@ struct tf_verbs_iw {
 	uint64_t used[IW_SLOTS / 64]; /* bit per slot */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static struct tf_verbs_iw *iw_page_new(struct tf_verbs_pd *pd)
 {
 	struct tf_verbs_iw *p = tf__calloc(1, sizeof(*p));
@@ -223,10 +215,10 @@ int tf_verbs_iw_wait_token(struct tf_verbs_qp *qp, uint64_t deadline_ms,
 {
 	_Atomic uint64_t *slot =
 		(_Atomic uint64_t *)&qp->iw_page->slots[qp->iw_slot];
-	uint64_t t0 = now_ns();
+	uint64_t t0 = tf__now_ns();
 
 	while (!atomic_load_explicit(slot, memory_order_acquire)) {
-		uint64_t t = now_ns();
+		uint64_t t = tf__now_ns();
 
 		if (gone(qp))
 			return -ENOTCONN;

@@ -16,6 +16,7 @@
 #   @@TEST <topo> <test> <rc> <seconds>   after a test, followed by its
 #                                         output between @@OUT/@@END lines
 #   @@MARK <uptime> <what>                progress marks
+#   @@RUN <topo> <test>                   a test starts
 #   @@DONE                                everything ran
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 # Debian's busybox-static runs its own applets before $PATH (and its "ip"
@@ -299,6 +300,7 @@ run_topo() {
 	# shellcheck disable=SC2013 # one test name a line, no blanks
 	for t in $(cat /tf/tests); do
 		t0=$(up)
+		echo "@@RUN $topo $t"
 		run_one "$t"
 		# siw (6.1) now and then failed a connection under us (a
 		# READ completed flushed, its QP in error).  One cause was

@@ -402,7 +402,11 @@ log "kernel $KV, initramfs $(du -h "$W/initramfs.cpio" | cut -f1)," \
 # ------------------------------------------------------------- boot
 LOG="$W/console.log"
 LOGS=""
-APPEND="console=ttyS0 rdinit=/init panic=-1 quiet loglevel=3 mitigations=off"
+# oops=panic with panic=-1 and -no-reboot: a guest kernel oops ends
+# qemu at once (its trace in the console log) instead of leaving a
+# half-dead guest to run into the timeout.
+APPEND="console=ttyS0 rdinit=/init panic=-1 oops=panic quiet loglevel=3"
+APPEND="$APPEND mitigations=off"
 rm -f "$LOG" "$W"/console-two-*.log
 if [ -n "$ONE_TOPOS" ]; then
 	log "booting the guest (TCG); full console log: $LOG"
@@ -806,8 +810,19 @@ DONE_LOGS=$LOGS
 [ $TWO = 1 ] && DONE_LOGS="$DONE_LOGS $W/console-two-srv.log"
 for l in $DONE_LOGS; do
 	if ! grep -q '^@@DONE' "$l"; then
-		echo "FAIL: the guest did not finish; last lines of $l:"
-		grep -v '^@@' "$l" | tail -15
+		echo "FAIL: the guest did not finish (console log: $l)"
+		# Which test ran, and the kernel's report from its first line
+		# (an oops or BUG names the call chain; the last lines alone
+		# do not).
+		grep '^@@MARK\|^@@RUN' "$l" | tail -2
+		o=$(grep -n -m1 -e 'BUG:' -e 'Oops' -e 'general protection' \
+			-e 'corruption' -e 'kernel BUG' "$l" | cut -d: -f1)
+		if [ -n "$o" ]; then
+			echo "the guest kernel crashed:"
+			tail -n "+$o" "$l" | grep -v '^@@' | head -60
+		else
+			grep -v '^@@' "$l" | tail -15
+		fi
 		exit 2
 	fi
 	if grep -q '@@MARK .*\(RXE\|GID\|SIW\|TWO_NIC\)_FAILED' "$l"; then

@@ -8,7 +8,7 @@ build_pkgs="build-essential cmake pkg-config libibverbs-dev librdmacm-dev
 	    libssl-dev"
 test_pkgs="$build_pkgs clang libclang-rt-14-dev clang-format iproute2
 	   rdma-core ibverbs-providers qemu-system-x86 busybox-static cpio kmod
-	   xz-utils perftest gcc-12 make"
+	   xz-utils perftest gcc-12 make patch"
 bench_pkgs="$build_pkgs ucx-utils libfabric-bin sockperf perftest"
 
 case "${1:-build}" in

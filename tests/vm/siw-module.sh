@@ -12,7 +12,14 @@
 # goes to KROOT/lib/modules/KV/extra/siw.ko, where depmod (run here) makes
 # modprobe --show-depends find it.  Nothing is installed on the host: the
 # packages are fetched with `apt-get download` and unpacked next to KROOT.
-# Runs once per kernel; a later call finds KROOT/../siw.done and returns.
+#
+# The source gets the fixes in tests/vm/siw-*.patch first, each a kernel
+# bug that tollfree's tests hit, described in the patch's header (so far:
+# a peer that dies mid-connect freed siw's listener, and the kernel
+# crashed when the listener was destroyed).
+#
+# Runs once per kernel and set of patches; a later call finds
+# KROOT/../siw.done holding the same patches' checksum and returns.
 #
 # Exit status: 0 with the module built (or already there), 1 when it could
 # not be built: the last line of output says why, and the caller runs
@@ -29,7 +36,10 @@ KV=${KPKG#linux-image-}
 KV=${KV%-unsigned}
 K=$(dirname "$KROOT")
 DONE="$K/siw.done"
-[ -f "$DONE" ] && exit 0
+HERE=$(cd "$(dirname "$0")" && pwd)
+SUM=$(cat "$HERE"/siw-*.patch 2>/dev/null | sha256sum | cut -d' ' -f1)
+[ -f "$DONE" ] && [ "$(cat "$DONE")" = "$SUM" ] && exit 0
+rm -f "$DONE"
 
 fail() {
 	echo "siw: $*"
@@ -37,6 +47,7 @@ fail() {
 }
 command -v gcc-12 >/dev/null || fail "no gcc-12 (the compiler of Debian's 6.1 kernels)"
 command -v make >/dev/null || fail "no make"
+command -v patch >/dev/null || fail "no patch"
 
 # The image's version names the source and header packages to match.
 VER=$(apt-cache show "$KPKG" 2>/dev/null | awk '/^Version:/ {print $2; exit}')
@@ -60,6 +71,15 @@ tar -xJf "$SRC/linux-source-$MAJ.tar.xz" -C "$W" \
 # The headers' Makefile includes its -common twin by absolute path.
 sed -i "s#/usr/src/#$SRC/#" "$SRC/linux-headers-$KV/Makefile"
 M="$W/linux-source-$MAJ/drivers/infiniband/sw/siw"
+PATCHED=""
+for p in "$HERE"/siw-*.patch; do
+	[ -f "$p" ] || continue
+	patch -s -p1 -d "$W/linux-source-$MAJ" <"$p" >"$W/patch.log" 2>&1 || {
+		tail -3 "$W/patch.log"
+		fail "$(basename "$p") does not apply to linux-source-$MAJ $VER"
+	}
+	PATCHED="$PATCHED $(basename "$p")"
+done
 nice -n 10 make -s -C "$SRC/linux-headers-$KV" M="$M" CONFIG_RDMA_SIW=m \
 	modules >"$W/make.log" 2>&1 || {
 	tail -5 "$W/make.log"
@@ -71,5 +91,6 @@ mkdir -p "$KROOT/lib/modules/$KV/extra"
 cp "$M/siw.ko" "$KROOT/lib/modules/$KV/extra/siw.ko"
 depmod -b "$KROOT" "$KV"
 rm -rf "$W"
-touch "$DONE"
-echo "siw: built siw.ko for $KV from linux-source-$MAJ $VER"
+echo "$SUM" >"$DONE"
+echo "siw: built siw.ko for $KV from linux-source-$MAJ $VER," \
+	"patched:${PATCHED:- none}"

@@ -219,9 +219,10 @@ if [ -z "$TESTS" ]; then
 	# The conformance suite, and the unit tests that must hold on rxe as
 	# on the soft provider: pool, registration cache, and the control QP
 	# of kept session connections (session_ctl_unit, the internal half of
-	# conf_session_ctl).
+	# conf_session_ctl); verbs_cm_hostile: strangers on the rdma_cm port
+	# (iWARP; it skips on rxe).
 	for f in "$BUILD"/tests/conf_* "$BUILD"/tests/verbs_smoke \
-		"$BUILD"/tests/session_ctl_unit \
+		"$BUILD"/tests/verbs_cm_hostile "$BUILD"/tests/session_ctl_unit \
 		"$BUILD"/tests/pool_* "$BUILD"/tests/rcache_*; do
 		[ -f "$f" ] && [ -x "$f" ] && TESTS="$TESTS $(basename "$f")"
 	done

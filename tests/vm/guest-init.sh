@@ -303,12 +303,16 @@ run_topo() {
 		echo "@@RUN $topo $t"
 		run_one "$t"
 		# siw (6.1) now and then failed a connection under us (a
-		# READ completed flushed, its QP in error).  One cause was
-		# found and is handled: a responder's first message that
-		# overtook the MPA reply (verbs_iw.c, conf_first_send).
-		# Whether it was the only one is not known, so a failed test
+		# READ completed flushed or with a general error).  Two
+		# causes were found and are handled: a responder's first
+		# message that overtook the MPA reply (verbs_iw.c,
+		# conf_first_send), and siw's listener freed by a connection
+		# that closed before siw accepted it, whose memory other
+		# connections then used (siw-listener-close.patch,
+		# verbs_cm_hostile).  Neither has shown since; a failed test
 		# still runs once more there, and both the first failure and
-		# its output are reported (@@FLAKY).
+		# its output are reported (@@FLAKY), so that a third cause
+		# shows without failing the stage.
 		if [ "$topo" = siw ] && [ $rc != 0 ] && [ $rc != 77 ]; then
 			echo "@@FLAKY $topo $t $rc"
 			sed 's/^/@@FLAKYOUT /' /tmp/out | tail -n 12

@@ -820,6 +820,41 @@ void tf_test_buf_alloc(struct tf_pair *p, tf_pd_t *pd, enum tf_test_mem kind,
 		CHECK_OK(tf_mr_reg(pd, b->addr, len, access, &b->mr));
 }
 
+void tf_test_dev_open(struct tf_test_dev *s, const char *provider,
+		      const char *dev, size_t len)
+{
+	tf_context_params_t cp = {.field_mask = TF_CONTEXT_PARAM_PROVIDER,
+				  .provider = provider};
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	if (dev && dev[0]) {
+		cp.field_mask |= TF_CONTEXT_PARAM_DEVICE;
+		cp.device = dev;
+	}
+	ret = tf_context_open(&cp, &s->ctx);
+	if (ret)
+		tf_test_skip("no %s device%s%s: %s", provider, dev ? " " : "",
+			     dev ? dev : "", tf_strerror(ret));
+	CHECK_OK(tf_pd_create(s->ctx, &s->pd));
+	CHECK_OK(tf_cq_create(s->ctx, NULL, &s->cq));
+	CHECK_OK(tf_mem_alloc(s->ctx, len, (void **)&s->buf));
+	s->len = len;
+	CHECK_OK(tf_mr_reg(s->pd, s->buf, len, TF_ACCESS_ALL, &s->mr));
+}
+
+void tf_test_dev_close(struct tf_test_dev *s)
+{
+	if (s->qp)
+		CHECK_OK(tf_qp_destroy(s->qp));
+	s->qp = NULL;
+	CHECK_OK(tf_mr_dereg(s->mr));
+	tf_mem_free(s->ctx, s->buf, s->len);
+	CHECK_OK(tf_cq_destroy(s->cq));
+	CHECK_OK(tf_pd_destroy(s->pd));
+	tf_context_close(s->ctx);
+}
+
 void tf_test_buf_free(struct tf_test_buf *b)
 {
 	if (!b->base)

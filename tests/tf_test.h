@@ -292,6 +292,27 @@ static inline uint32_t tf_test_buf_rkey(const struct tf_test_buf *b)
 {
 	return tf_mr_rkey(b->mr);
 }
+/*
+ * A context for a test that drives a provider itself, in one process,
+ * without a pair (verbs_smoke, verbs_cm_hostile): one of @provider on @dev
+ * (NULL: TOLLFREE_DEVICE or the provider's first), a PD, a CQ and @len
+ * bytes of the library's memory registered with every access.  Skips
+ * (77) when the context cannot be opened.  @qp is the caller's;
+ * tf_test_dev_close destroys it if set, then the rest.
+ */
+struct tf_test_dev {
+	tf_context_t *ctx;
+	tf_pd_t *pd;
+	tf_cq_t *cq;
+	char *buf;
+	size_t len;
+	tf_mr_t *mr;
+	tf_qp_t *qp;
+};
+void tf_test_dev_open(struct tf_test_dev *s, const char *provider,
+		      const char *dev, size_t len);
+void tf_test_dev_close(struct tf_test_dev *s);
+
 /* Tell the peer about [b->addr + off, + len) with the MR's rkey. */
 void tf_test_send_buf(struct tf_pair *p, const struct tf_test_buf *b);
 

@@ -47,44 +47,7 @@ int main(void)
 #define WAIT_MS 20000
 #define ROUNDS	30 /* strangers per listener */
 
-struct side {
-	tf_context_t *ctx;
-	tf_pd_t *pd;
-	tf_cq_t *cq;
-	char *buf;
-	tf_mr_t *mr;
-};
-
-static void side_open(struct side *s, const char *dev)
-{
-	tf_context_params_t cp = {.field_mask = TF_CONTEXT_PARAM_PROVIDER,
-				  .provider = "verbs"};
-	int ret;
-
-	if (dev && dev[0]) {
-		cp.field_mask |= TF_CONTEXT_PARAM_DEVICE;
-		cp.device = dev;
-	}
-	ret = tf_context_open(&cp, &s->ctx);
-	if (ret)
-		tf_test_skip("no verbs device%s%s: %s", dev ? " " : "",
-			     dev ? dev : "", tf_strerror(ret));
-	CHECK_OK(tf_pd_create(s->ctx, &s->pd));
-	CHECK_OK(tf_cq_create(s->ctx, NULL, &s->cq));
-	CHECK_OK(tf_mem_alloc(s->ctx, BUFSZ, (void **)&s->buf));
-	CHECK_OK(tf_mr_reg(s->pd, s->buf, BUFSZ, TF_ACCESS_ALL, &s->mr));
-}
-
-static void side_close(struct side *s)
-{
-	CHECK_OK(tf_mr_dereg(s->mr));
-	tf_mem_free(s->ctx, s->buf, BUFSZ);
-	CHECK_OK(tf_cq_destroy(s->cq));
-	CHECK_OK(tf_pd_destroy(s->pd));
-	tf_context_close(s->ctx);
-}
-
-static tf_qp_t *qp_make(struct side *s, uint8_t *blob, size_t *len)
+static tf_qp_t *qp_make(struct tf_test_dev *s, uint8_t *blob, size_t *len)
 {
 	tf_qp_params_t qp = {.send_cq = s->cq, .recv_cq = s->cq};
 	tf_qp_t *q;
@@ -171,7 +134,7 @@ static struct tf_wc wait1(tf_cq_t *cq)
 }
 
 /* Two fresh QPs, A's and B's, connect; A SENDs @MSG bytes to B. */
-static void exchange(struct side *a, struct side *b, int round)
+static void exchange(struct tf_test_dev *a, struct tf_test_dev *b, int round)
 {
 	uint8_t ba[TF_QP_ADDR_MAX], bb[TF_QP_ADDR_MAX];
 	size_t la, lb;
@@ -214,18 +177,19 @@ static void exchange(struct side *a, struct side *b, int round)
 
 int main(void)
 {
-	const char *dev = getenv("TOLLFREE_DEVICE");
 	const char *peer = getenv("TOLLFREE_TEST_PEER_DEVICE");
 	struct sockaddr_storage ls[2];
 	socklen_t ll[2];
 	uint8_t blob[TF_QP_ADDR_MAX];
-	struct side a = {0}, b = {0};
+	struct tf_test_dev a, b;
 	bool tcp[2] = {true, true};
 	int took = 0;
 
 	tf_test_begin("verbs_cm_hostile");
-	side_open(&a, dev);
-	side_open(&b, peer && peer[0] ? peer : dev);
+	tf_test_dev_open(&a, "verbs", NULL, BUFSZ);
+	tf_test_dev_open(&b, "verbs",
+			 peer && peer[0] ? peer : tf_context_device(a.ctx),
+			 BUFSZ);
 	for (int i = 0; i < 2; i++) {
 		size_t len;
 		tf_qp_t *q = qp_make(i ? &b : &a, blob, &len);
@@ -250,8 +214,8 @@ int main(void)
 		     "(closed, reset, or sending junk), then two QP pairs "
 		     "connected and carried a SEND",
 		     took);
-	side_close(&a);
-	side_close(&b);
+	tf_test_dev_close(&a);
+	tf_test_dev_close(&b);
 	return tf_test_end();
 }
 #endif

@@ -45,47 +45,8 @@ int main(void)
 #define BUFSZ	   (64 * 1024)
 #define WAIT_MS	   20000
 
-struct side {
-	tf_context_t *ctx;
-	tf_pd_t *pd;
-	tf_cq_t *cq;
-	tf_qp_t *qp;
-	char *buf;
-	tf_mr_t *mr;
-};
-
-static struct side A, B;
+static struct tf_test_dev A, B;
 static tf_caps_t caps;
-
-static void side_open(struct side *s, const char *dev)
-{
-	tf_context_params_t cp = {.field_mask = TF_CONTEXT_PARAM_PROVIDER,
-				  .provider = "verbs"};
-	int ret;
-
-	if (dev && dev[0]) {
-		cp.field_mask |= TF_CONTEXT_PARAM_DEVICE;
-		cp.device = dev;
-	}
-	ret = tf_context_open(&cp, &s->ctx);
-	if (ret)
-		tf_test_skip("no verbs device%s%s: %s", dev ? " " : "",
-			     dev ? dev : "", tf_strerror(ret));
-	CHECK_OK(tf_pd_create(s->ctx, &s->pd));
-	CHECK_OK(tf_cq_create(s->ctx, NULL, &s->cq));
-	CHECK_OK(tf_mem_alloc(s->ctx, BUFSZ, (void **)&s->buf));
-	CHECK_OK(tf_mr_reg(s->pd, s->buf, BUFSZ, TF_ACCESS_ALL, &s->mr));
-}
-
-static void side_close(struct side *s)
-{
-	CHECK_OK(tf_qp_destroy(s->qp));
-	CHECK_OK(tf_mr_dereg(s->mr));
-	tf_mem_free(s->ctx, s->buf, BUFSZ);
-	CHECK_OK(tf_cq_destroy(s->cq));
-	CHECK_OK(tf_pd_destroy(s->pd));
-	tf_context_close(s->ctx);
-}
 
 /* (Re)create both QPs and connect them; @rnr_retry for A's QP. */
 static void connect_pair(uint8_t rnr_retry)
@@ -154,7 +115,8 @@ static void post(tf_qp_t *qp, struct tf_send_wr *wr)
 	CHECK_OK(tf_post_send(qp, wr, &bad));
 }
 
-static void post_recv(struct side *s, uint64_t wr_id, size_t off, uint32_t len)
+static void post_recv(struct tf_test_dev *s, uint64_t wr_id, size_t off,
+		      uint32_t len)
 {
 	struct tf_sge sge = {(uintptr_t)s->buf + off, len, tf_mr_lkey(s->mr)};
 	struct tf_recv_wr wr = {.wr_id = wr_id, .sg_list = &sge, .num_sge = 1};
@@ -654,8 +616,10 @@ int main(void)
 	tf_test_begin("verbs_smoke");
 	if (prov && strcmp(prov, "verbs") && strcmp(prov, "auto"))
 		tf_test_skip("TOLLFREE_PROVIDER=%s, not verbs", prov);
-	side_open(&A, NULL);
-	side_open(&B, peer && peer[0] ? peer : tf_context_device(A.ctx));
+	tf_test_dev_open(&A, "verbs", NULL, BUFSZ);
+	tf_test_dev_open(&B, "verbs",
+			 peer && peer[0] ? peer : tf_context_device(A.ctx),
+			 BUFSZ);
 	CHECK_OK(tf_context_query_caps(A.ctx, &caps));
 	tf_test_info("devices %s -> %s, caps 0x%llx max_inline %u "
 		     "max_sge %u transport %s",
@@ -670,8 +634,8 @@ int main(void)
 	SECTION(test_mw_observe);
 	SECTION(test_errors);
 	SECTION(test_misc);
-	side_close(&A);
-	side_close(&B);
+	tf_test_dev_close(&A);
+	tf_test_dev_close(&B);
 	return tf_test_end();
 }
 #endif

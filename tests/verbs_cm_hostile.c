@@ -13,8 +13,8 @@
  *
  * siw (Debian 6.1.192) fails this without tests/vm/siw-listener-close.patch:
  * a connection that closes before siw accepted it closes the listener, so
- * the QP connection is refused, and the listener's destruction corrupts
- * kernel memory.
+ * the strangers after the first few are refused, and the listener's
+ * destruction corrupts kernel memory.
  *
  * Runs where TOLLFREE_DEVICE (and TOLLFREE_TEST_PEER_DEVICE, default the
  * same) is a verbs device whose QPs connect through rdma_cm; skips (77)
@@ -89,10 +89,10 @@ static bool listener_of(const uint8_t *blob, size_t len,
 
 /*
  * One stranger: a TCP connection to @ss that closes at once (@how 0),
- * resets (1), or sends bytes that are no MPA request first (2).  A
- * refused connection fails the test: the listener is gone.  Returns
- * whether TCP took the connection (rdma_cm over InfiniBand or RoCE has no
- * TCP listener: nothing to test there).
+ * resets (1), or sends bytes that are no MPA request first (2).  Returns
+ * whether TCP took the connection.  Only the first may be refused
+ * (rdma_cm over InfiniBand or RoCE has no TCP listener, and no stranger
+ * follows there); a later refusal fails the test: the listener is gone.
  */
 static bool stranger(const struct sockaddr_storage *ss, socklen_t sl, int how,
 		     int round)

@@ -1007,16 +1007,16 @@ int tf_verbs_cm_wait(struct tf_verbs_qp *qp)
 		;
 	switch (qp->cm_state) {
 	case VERBS_CM_ESTABLISHED:
-		if (qp->ctx->iwarp && !qp->cm_active && !qp->iw_ready) {
+		if (qp->ctx->iwarp && !qp->cm_active) {
 			/* The responder: not before the initiator's first
 			 * message (verbs_iw.c).  The QP's one poster is
-			 * here; the event thread must not wait for it. */
+			 * here, and here only until cm_wait is cleared; the
+			 * event thread must not wait for it. */
 			pthread_mutex_unlock(&cm->lock);
 			ret = tf_verbs_iw_wait_token(qp, deadline, cm_gone);
 			pthread_mutex_lock(&cm->lock);
 			if (ret)
 				break;
-			qp->iw_ready = true;
 		}
 		atomic_store(&qp->cm_wait, false);
 		ret = 0;

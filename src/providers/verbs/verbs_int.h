@@ -212,12 +212,11 @@ struct tf_verbs_qp {
 	/* The event thread is accepting the request in cm_id: the id must
 	 * outlive that, and tf_verbs_cm_qp_close waits (verbs_cm.c). */
 	bool cm_accepting;
-	/* iWARP (verbs_iw.c): the token slot of the provider's receive, and
-	 * whether this side may send (the initiator once established, the
-	 * responder once it answered the initiator's token). */
+	/* iWARP (verbs_iw.c): the token slot of the provider's receive.  The
+	 * responder answers the initiator's token in its first post, while
+	 * cm_wait is still set. */
 	struct tf_verbs_iw *iw_page;
 	uint32_t iw_slot;
-	bool iw_ready;
 };
 
 /* rdma_cm state of a QP. */

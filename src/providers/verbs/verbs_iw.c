@@ -36,8 +36,9 @@
 
 #include "verbs_int.h"
 
-/* Token slots of one PD: one page of 8-byte slots, registered once. */
-#define IW_SLOTS ((uint32_t)(4096 / sizeof(uint64_t)))
+/* Token slots of a PD: pages of 8-byte slots, each registered once. */
+#define IW_PAGE	 4096
+#define IW_SLOTS ((uint32_t)(IW_PAGE / sizeof(uint64_t)))
 /* What the initiator writes; any value but 0. */
 #define IW_TOKEN 0x5446495741525031ull /* "TFIWARP1" */
 /* The responder's wait: yield this long, then sleep IW_NAP_NS a turn. */
@@ -46,7 +47,7 @@
 
 struct tf_verbs_iw {
 	struct tf_verbs_iw *next; /* a PD's pages */
-	uint64_t *slots;	  /* IW_SLOTS, one page */
+	_Atomic uint64_t *slots;  /* IW_SLOTS, one page */
 	struct ibv_mr *mr;
 	uint32_t nused;
 	uint64_t used[IW_SLOTS / 64]; /* bit per slot */
@@ -58,16 +59,17 @@ static struct tf_verbs_iw *iw_page_new(struct tf_verbs_pd *pd)
 
 	if (!p)
 		return NULL;
-	p->slots = mmap(NULL, 4096, PROT_READ | PROT_WRITE,
+	p->slots = mmap(NULL, IW_PAGE, PROT_READ | PROT_WRITE,
 			MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p->slots == MAP_FAILED) {
 		tf__free(p);
 		return NULL;
 	}
-	p->mr = ibv_reg_mr(pd->ibpd, p->slots, 4096, IBV_ACCESS_LOCAL_WRITE);
+	p->mr = ibv_reg_mr(pd->ibpd, (void *)p->slots, IW_PAGE,
+			   IBV_ACCESS_LOCAL_WRITE);
 	if (!p->mr) {
 		tf_log_error(VERBS_SUBSYS, "iWARP token page: ibv_reg_mr: %m");
-		munmap(p->slots, 4096);
+		munmap((void *)p->slots, IW_PAGE);
 		tf__free(p);
 		return NULL;
 	}
@@ -101,9 +103,8 @@ static int iw_slot_get(struct tf_verbs_pd *pd, struct tf_verbs_qp *qp)
 		p->nused++;
 		qp->iw_page = p;
 		qp->iw_slot = w * 64 + b;
-		atomic_store_explicit(
-			(_Atomic uint64_t *)&p->slots[qp->iw_slot], 0,
-			memory_order_relaxed);
+		atomic_store_explicit(&p->slots[qp->iw_slot], 0,
+				      memory_order_relaxed);
 		break;
 	}
 out:
@@ -176,7 +177,7 @@ void tf_verbs_iw_pd_fini(struct tf_verbs_pd *pd)
 		if (ibv_dereg_mr(p->mr))
 			tf_log_warn(VERBS_SUBSYS,
 				    "iWARP token page: ibv_dereg_mr: %m");
-		munmap(p->slots, 4096);
+		munmap((void *)p->slots, IW_PAGE);
 		tf__free(p);
 	}
 }
@@ -194,9 +195,8 @@ int tf_verbs_iw_send_token(struct tf_verbs_qp *qp)
 
 	/* The initiator's slot is ours to send from: the answer that
 	 * lands there later comes only after this SEND arrived. */
-	atomic_store_explicit(
-		(_Atomic uint64_t *)&qp->iw_page->slots[qp->iw_slot], IW_TOKEN,
-		memory_order_relaxed);
+	atomic_store_explicit(&qp->iw_page->slots[qp->iw_slot], IW_TOKEN,
+			      memory_order_relaxed);
 	ret = ibv_post_send(qp->ibqp, &wr, &bad);
 	if (ret) {
 		ret = ret < 0 ? ret : -ret;
@@ -213,8 +213,7 @@ int tf_verbs_iw_send_token(struct tf_verbs_qp *qp)
 int tf_verbs_iw_wait_token(struct tf_verbs_qp *qp, uint64_t deadline_ms,
 			   bool (*gone)(struct tf_verbs_qp *))
 {
-	_Atomic uint64_t *slot =
-		(_Atomic uint64_t *)&qp->iw_page->slots[qp->iw_slot];
+	_Atomic uint64_t *slot = &qp->iw_page->slots[qp->iw_slot];
 	uint64_t t0 = tf__now_ns();
 
 	while (!atomic_load_explicit(slot, memory_order_acquire)) {

@@ -185,6 +185,8 @@ int bench_opts_open_ctx(const struct bench_opts *o, tf_context_t **ctx_p);
  * them) or -1 (a bad value, reported). */
 int bench_common_opt(int c, const char *arg, struct bench_common *b);
 int parse_uint(const char *arg, const char *what, unsigned min, unsigned *out);
+/* A decimal integer from @min to @max into *@out, or -1 (said). */
+int parse_int(const char *arg, const char *what, int min, int max, int *out);
 /* The end of a subcommand's getopt switch: "-h" prints @usage on stdout
  * and exits 0; a common option is taken; anything else (getopt has said
  * what) prints @usage on stderr.  0 (taken) or -1 (reported). */

@@ -262,6 +262,21 @@ int parse_uint(const char *arg, const char *what, unsigned min, unsigned *out)
 	return 0;
 }
 
+int parse_int(const char *arg, const char *what, int min, int max, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = arg ? strtol(arg, &end, 10) : 0;
+	if (!arg || errno || end == arg || *end || v < min || v > max) {
+		fail("%s: %d to %d", what, min, max);
+		return -1;
+	}
+	*out = (int)v;
+	return 0;
+}
+
 int bench_opt_rest(int c, const char *arg, struct bench_common *b,
 		   void (*usage)(FILE *))
 {

@@ -83,8 +83,8 @@ static void usage_load(FILE *f)
 		"[--plot FILE.svg]\n"
 		"          [--hog[=N]] [--hog-hold] [--hog-nice N] "
 		"[--client-spin-us N|auto]\n"
-		"          [--server-nodes shared|thread] [--grant-depth N] "
-		"[--remote-inv]\n"
+		"          [--server-nodes shared|thread] [--server-nice N] "
+		"[--grant-depth N] [--remote-inv]\n"
 		"  defaults: 2 client processes x 2 threads, 1 server "
 		"thread, server-wait spin, closed loop\n"
 		"  (--rate: sessions/s per client thread, open loop), 3 s "
@@ -99,6 +99,8 @@ static void usage_load(FILE *f)
 		"(auto: 0 where client threads outnumber CPUs)\n"
 		"  --server-nodes thread: each server thread has a context "
 		"and node of its own (default: one shared)\n"
+		"  --server-nice N: the server process runs at nice N (-20 "
+		"to 19; default 0), for tollfree and TCP alike\n"
 		"  --grant-depth N: grants a kept connection holds ahead in "
 		"pool+mw/grant (1 to 8; default: the library's, 2)\n"
 		"  --remote-inv: the clients' sessions connect with "
@@ -160,6 +162,7 @@ enum {
 	OPT_HOG,
 	OPT_HOG_HOLD,
 	OPT_HOG_NICE,
+	OPT_SERVER_NICE,
 	OPT_CLIENT_SPIN,
 	OPT_SERVER_NODES,
 	OPT_GRANT_DEPTH,
@@ -179,6 +182,7 @@ static const struct option load_long[] = {
 	{"hog", optional_argument, NULL, OPT_HOG},
 	{"hog-hold", no_argument, NULL, OPT_HOG_HOLD},
 	{"hog-nice", required_argument, NULL, OPT_HOG_NICE},
+	{"server-nice", required_argument, NULL, OPT_SERVER_NICE},
 	{"client-spin-us", required_argument, NULL, OPT_CLIENT_SPIN},
 	{"server-nodes", required_argument, NULL, OPT_SERVER_NODES},
 	{"grant-depth", required_argument, NULL, OPT_GRANT_DEPTH},
@@ -301,6 +305,11 @@ static int load_parse(int argc, char **argv, struct load_opts *o)
 			o->hog_nice = (int)v;
 			break;
 		}
+		case OPT_SERVER_NICE:
+			if (parse_int(optarg, "--server-nice", -20, 19,
+				      &o->server_nice))
+				return -1;
+			break;
 		case OPT_CLIENT_SPIN:
 			if (opt_is(optarg, "auto")) {
 				o->client_spin = "auto";
@@ -405,6 +414,14 @@ static int start_server(struct run *rn)
 	if (rn->server == 0) {
 		close(sv[0]);
 		prog = "tollfree-bench (server)";
+		/* Before its threads start: they inherit it. */
+		if (rn->o->server_nice &&
+		    setpriority(PRIO_PROCESS, 0, rn->o->server_nice)) {
+			fail("server: setpriority(%d): %m (below 0 needs "
+			     "CAP_SYS_NICE)",
+			     rn->o->server_nice);
+			_exit(1);
+		}
 		ret = load_server(rn->o, sv[1]);
 		fflush(NULL);
 		_exit(ret ? 1 : 0);
@@ -895,7 +912,7 @@ int cmd_load(int argc, char **argv)
 	struct report r = {
 		.bench = "load", .layout = LAYOUT_MODES, .load = true};
 	char extra[512], json_extra[512], loop[48], hogl[96] = "", spinl[64];
-	char gdl[32] = "";
+	char gdl[32] = "", nicel[24] = "";
 	tf_context_t *ctx = NULL;
 	int ret;
 
@@ -923,6 +940,8 @@ int cmd_load(int argc, char **argv)
 			 o.rate);
 	else
 		snprintf(loop, sizeof(loop), "closed loop");
+	if (o.server_nice)
+		snprintf(nicel, sizeof(nicel), " (nice %d)", o.server_nice);
 	if (o.grant_depth || o.remote_inv)
 		snprintf(gdl, sizeof(gdl), "%s%.0u%s",
 			 o.grant_depth ? "  grant depth: " : "", o.grant_depth,
@@ -943,10 +962,10 @@ int cmd_load(int argc, char **argv)
 				 : "the library's default");
 	}
 	snprintf(extra, sizeof(extra),
-		 "\n%sclients: %u x %u threads  server threads: %u  "
+		 "\n%sclients: %u x %u threads  server threads: %u%s  "
 		 "server-wait: %s  %s%s\n%sK: %u  S: %" PRIu64
 		 " B  duration/mode: %u s  clients' wait spin: %s%s%s%s",
-		 o.cm.csv ? "# " : "", o.clients, o.threads, o.sthreads,
+		 o.cm.csv ? "# " : "", o.clients, o.threads, o.sthreads, nicel,
 		 o.server_sleep ? "sleep" : "spin", loop,
 		 o.sthreads == 1 && o.clients * o.threads == 1
 			 ? "  (pinned: first two CPUs)"
@@ -960,11 +979,11 @@ int cmd_load(int argc, char **argv)
 		 "\"server_wait\":\"%s\",\"rate_per_thread\":%g,"
 		 "\"duration_s\":%u,\"client_spin_us\":\"%s\","
 		 "\"server_nodes\":\"%s\",\"grant_depth\":%u,"
-		 "\"remote_inv\":%s",
+		 "\"server_nice\":%d,\"remote_inv\":%s",
 		 o.clients, o.threads, o.sthreads,
 		 o.server_sleep ? "sleep" : "spin", o.rate, o.duration_s, spinl,
 		 o.server_node_per_thread ? "thread" : "shared", o.grant_depth,
-		 o.remote_inv ? "true" : "false");
+		 o.server_nice, o.remote_inv ? "true" : "false");
 	r.json_extra = json_extra;
 	r.size = o.size;
 	r.transfers = o.k;

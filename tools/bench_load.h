@@ -50,6 +50,7 @@ struct load_opts {
 	unsigned bound;	   /* --hog: the server's per-address bound */
 	bool hog_hold;	   /* --hog-hold: holds them, asks for no more */
 	int hog_nice;	   /* --hog-nice: the hog's nice value */
+	int server_nice;   /* --server-nice: the server process's */
 	/* --client-spin-us: TOLLFREE_POLL_SPIN_US in the client processes;
 	 * NULL: theirs (the environment's, or the library's default). */
 	const char *client_spin;

@@ -48,7 +48,8 @@
 #define TAG_GRANTING 6 /* the granting listener (pool+mw/grant) */
 #define TAG_TCP_LFD  3
 #define TAG_TCP_CONN 4 /* + 8 * index */
-#define TAG_SESS     5 /* + 8 * slot: a session's fd (sleep) */
+#define TAG_SESS     5 /* + 8 * slot: a cold session's fd (spin) */
+#define TAG_CONN     7 /* + 8 * fd: a connection's fd (sleep) */
 
 struct lsrv;
 
@@ -58,8 +59,19 @@ struct lsrv_sess {
 	tf_session_t *s;    /* NULL: a free slot */
 	bool due;	    /* sleep: in the thread's due list */
 	bool cold;	    /* spin: armed, polled only when its fd fires */
-	bool watched;	    /* its fd is in the thread's epoll set */
+	bool watched;	    /* spin: its fd is in the thread's epoll set */
 	uint64_t active_ns; /* spin: when it last had something */
+};
+
+/* Sleep: a connection's fd (tf_session_fd) stays in the thread's epoll
+ * set from its first session until the library closes it, which takes it
+ * out of the set: a session on a kept connection costs no epoll_ctl (the
+ * fd is an epoll set itself, and adding one to another is the dearest
+ * epoll_ctl there is: the kernel looks for loops).  As the TCP server
+ * keeps its connections' sockets in the set. */
+struct lsrv_fd {
+	uint32_t slot; /* its open session's slot + 1; 0: none */
+	bool watched;  /* in the thread's epoll set */
 };
 
 struct lsrv_tcp {
@@ -82,6 +94,8 @@ struct lsrv_thr {
 	size_t nfree;
 	uint32_t *due; /* sleep: slots to serve this turn */
 	size_t ndue;
+	struct lsrv_fd *fds; /* sleep: by fd number */
+	size_t nfds;
 	struct lsrv_tcp *tcp; /* TCP connections, fd -1: free */
 	size_t ntcp;
 	_Atomic uint64_t errors; /* sessions that failed here */
@@ -141,6 +155,51 @@ static int thr_grow(struct lsrv_thr *t)
 	return 0;
 }
 
+/* Sleep: session @s, in slot @i, is served when its connection's fd
+ * fires.  The fd joins the epoll set with the connection's first session;
+ * a session on a kept connection (tf_session_reused) finds it there,
+ * unless that first session's add failed.  A closed connection's number
+ * may come back as another's, whose first session adds it again: the
+ * close took the old one out of the set.  Edge-triggered: between
+ * sessions nobody reads the connection's events (the listener does, from
+ * its own set), and a level-triggered fd would fire on every turn; a
+ * served session is armed (tf_session_arm), and what comes after that
+ * makes a new edge. */
+static int thr_watch(struct lsrv_thr *t, tf_session_t *s, uint32_t i)
+{
+	int fd = tf_session_fd(s);
+	struct lsrv_fd *f;
+
+	if (fd < 0)
+		return fd;
+	if ((size_t)fd >= t->nfds) {
+		size_t cap = 2 * (size_t)fd + 64;
+		struct lsrv_fd *n = realloc(t->fds, cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		memset(n + t->nfds, 0, (cap - t->nfds) * sizeof(*n));
+		t->fds = n;
+		t->nfds = cap;
+	}
+	f = &t->fds[fd];
+	if (!f->watched || tf_session_reused(s) != 1) {
+		struct epoll_event ev = {.events = EPOLLIN | EPOLLET,
+					 .data.u64 =
+						 TAG_CONN + 8 * (uint64_t)fd};
+
+		if (epoll_ctl(t->epfd, EPOLL_CTL_ADD, fd, &ev) &&
+		    errno != EEXIST) {
+			fail("server: epoll_ctl: %m");
+			f->watched = false;
+			return -1;
+		}
+		f->watched = true;
+	}
+	f->slot = i + 1;
+	return 0;
+}
+
 /* Take the sessions waiting on the thread's listener and prepare each as
  * crr's server does: attach the buffer (a pool copy), expose K * SIZE
  * bytes for remote writes, then the deferred ACCEPT carries the key.  A
@@ -195,10 +254,7 @@ static bool thr_accept_on(struct lsrv_thr *t, tf_listener_t *l)
 		 * completions on its fd, with everything else; it serves
 		 * (and arms) the session at once, in this turn. */
 		if (t->sv->o->server_sleep) {
-			int fd = tf_session_fd(s);
-
-			if (fd < 0 || epoll_add(t->epfd, fd,
-						TAG_SESS + 8 * (uint64_t)i)) {
+			if (thr_watch(t, s, i)) {
 				tf_session_close(s);
 				t->free_slot[t->nfree++] = i;
 				thr_failed(t);
@@ -208,7 +264,7 @@ static bool thr_accept_on(struct lsrv_thr *t, tf_listener_t *l)
 			t->sess[i].due = true;
 		}
 		t->sess[i].s = s;
-		t->sess[i].watched = t->sv->o->server_sleep;
+		t->sess[i].watched = false;
 		t->sess[i].cold = false;
 		t->sess[i].active_ns = now_ns();
 		t->nsess++;
@@ -267,10 +323,17 @@ static bool thr_serve_one(struct lsrv_thr *t, uint32_t i, bool arm)
 		if (n < 0)
 			break;
 	}
-	/* Out of the epoll set before close: the fd is the connection's,
-	 * which a kept connection keeps open. */
+	/* Spin: out of the epoll set before close (the fd is the
+	 * connection's, which a kept connection keeps open).  Sleep: the fd
+	 * stays for the connection's next session (thr_watch). */
 	if (t->sess[i].watched)
 		epoll_ctl(t->epfd, EPOLL_CTL_DEL, tf_session_fd(s), NULL);
+	if (t->sv->o->server_sleep) {
+		int fd = tf_session_fd(s);
+
+		if (fd >= 0 && (size_t)fd < t->nfds)
+			t->fds[fd].slot = 0;
+	}
 	if (n < 0 || st == TF_SESSION_BROKEN || tf_session_revoke(s))
 		thr_failed(t);
 	tf_session_close(s);
@@ -428,10 +491,16 @@ static void thr_events(struct lsrv_thr *t, const struct epoll_event *evs, int n,
 				  NULL);
 			x->watched = x->cold = false;
 			x->active_ns = now_ns();
-		} else if (tag % 8 == TAG_SESS && i < t->nslot &&
-			   t->sess[i].s && !t->sess[i].due) {
-			t->sess[i].due = true;
-			t->due[t->ndue++] = (uint32_t)i;
+		} else if (tag % 8 == TAG_CONN && i < t->nfds &&
+			   t->fds[i].slot) {
+			/* (A connection without a session fires for the
+			 * listener: its next OPEN, or its end.) */
+			uint32_t j = t->fds[i].slot - 1;
+
+			if (!t->sess[j].due) {
+				t->sess[j].due = true;
+				t->due[t->ndue++] = j;
+			}
 		}
 	}
 }
@@ -651,6 +720,7 @@ static void thr_teardown(struct lsrv_thr *t)
 	free(t->sess);
 	free(t->free_slot);
 	free(t->due);
+	free(t->fds);
 	for (size_t i = 0; i < t->ntcp; i++)
 		if (t->tcp[i].fd >= 0)
 			close(t->tcp[i].fd);

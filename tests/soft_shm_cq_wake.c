@@ -17,6 +17,11 @@
  *          CQ for B's answer, which B sends once both arrived: B's
  *          acknowledgement must wake A (through A's waker thread: A's
  *          segment says that work waits), or neither side ever goes on.
+ *   owed   B sleeps on a CQ that nothing completes, its receive CQ not
+ *          armed; A's SEND wakes nobody, and A owes B's waker a wake-up
+ *          for its acknowledgement: A pays it when it sleeps on its send
+ *          CQ (owed-sleep), or when it polls and the acknowledgement is
+ *          late (owed-spin); else A would wait for as long as B sleeps.
  *   noslot B takes every CQ slot with idle CQs, then a new QP pair: B's
  *          new CQs have none, and A's SEND still wakes B (through B's
  *          waker thread), with no direct wake-up counted.
@@ -47,6 +52,14 @@ static uint64_t direct_wakes(struct tf_pair *p)
 
 	CHECK_OK(tf_context_query_stats(p->ctx, &st));
 	return st.cq_wakes_direct;
+}
+
+static uint64_t owed_paid(struct tf_pair *p)
+{
+	tf_context_stats_t st;
+
+	CHECK_OK(tf_context_query_stats(p->ctx, &st));
+	return st.wakes_owed_paid;
 }
 
 static void post_recv(tf_qp_t *qp, uint64_t wr_id)
@@ -187,6 +200,43 @@ static bool round_send(struct tf_pair *p)
 }
 
 /*
+ * B arms @other (a CQ of no QP) and sleeps on its fd and on the test's
+ * socket; A's SEND lands on B's receive CQ, not armed.  A waits for its
+ * completion asleep (@sleep) or polling, and then wakes B through the
+ * socket: nothing of the provider's does, so A's completion can only come
+ * from the wake-up A owes B's waker.  B then finds the message.
+ */
+static void round_owed(struct tf_pair *p, tf_cq_t *other, bool sleep)
+{
+	if (p->side == TF_SIDE_B) {
+		struct pollfd pfd[2] = {
+			{.fd = tf_cq_fd(other), .events = POLLIN},
+			{.fd = p->sock, .events = POLLIN}};
+
+		post_recv(p->q.qp, WRID_RECV);
+		CHECK_OK(tf_cq_arm(other));
+		tf_test_send_u64(p, 1); /* about to sleep */
+		CHECK(poll(pfd, 2, -1) == 1 && pfd[1].revents);
+		(void)tf_test_recv_u64(p);
+		spin_for(p->q.rcq, WRID_RECV);
+	} else {
+		uint64_t paid0 = owed_paid(p);
+
+		(void)tf_test_recv_u64(p);
+		usleep(ASLEEP_US);
+		post_send(p->q.qp, WRID_SEND1, 0);
+		if (sleep)
+			sleep_for(p->q.scq, WRID_SEND1);
+		else
+			spin_for(p->q.scq, WRID_SEND1);
+		CHECKF(owed_paid(p) > paid0, "owed-%s: no wake-up paid",
+		       sleep ? "sleep" : "spin");
+		tf_test_send_u64(p, 1); /* done: wake up */
+	}
+	tf_test_sync(p);
+}
+
+/*
  * @round until the side @judge sees a direct wake-up, at most 5 times:
  * on a loaded machine the sleeper may not be asleep yet when the other
  * side acts (then the completion is found by the arm's second look, and
@@ -255,6 +305,21 @@ int main(void)
 		spin_for(p.q.scq, WRID_SEND2);
 	}
 	tf_test_sync(&p);
+
+	/* owed */
+	if (p.side == TF_SIDE_B) {
+		tf_cq_params_t cp = {.field_mask = TF_CQ_PARAM_DEPTH,
+				     .depth = 4};
+		tf_cq_t *other;
+
+		CHECK_OK(tf_cq_create(p.ctx, &cp, &other));
+		round_owed(&p, other, true);
+		round_owed(&p, other, false);
+		CHECK_OK(tf_cq_destroy(other));
+	} else {
+		round_owed(&p, NULL, true);
+		round_owed(&p, NULL, false);
+	}
 
 	/* noslot */
 	tf_test_qp_close(&p.q);

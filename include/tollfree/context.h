@@ -171,7 +171,12 @@ typedef struct tf_context_stats {
 	/* Soft provider: bytes of queue memory of destroyed queue pairs and
 	 * CQs kept for new ones (TOLLFREE_SOFT_QUEUE_CACHE; 0 elsewhere). */
 	uint64_t queue_cache_bytes;
-	uint64_t reserved[11];
+	/* Soft provider, shm: wake-ups of a peer's waker thread this context
+	 * owed and paid because it waited for the peer's acknowledgement (a
+	 * message whose doorbell woke nobody; tollfree-soft(7); 0
+	 * elsewhere). */
+	uint64_t wakes_owed_paid;
+	uint64_t reserved[10];
 } tf_context_stats_t;
 
 /*

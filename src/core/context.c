@@ -446,6 +446,7 @@ int tf_context_query_stats(tf_context_t *ctx, tf_context_stats_t *s)
 	s->cq_wakes_direct = LOAD(cq_wakes_direct);
 	s->wake_fds = LOAD(wake_fds);
 	s->queue_cache_bytes = LOAD(queue_cache_bytes);
+	s->wakes_owed_paid = LOAD(wakes_owed_paid);
 	tf__stats_objects(ctx, s);
 	return 0;
 }

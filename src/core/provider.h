@@ -59,6 +59,7 @@ struct tf_context {
 	atomic_ullong mw_bind, mw_inval, qp_created, qp_errors;
 	/* Soft provider only: tf_context_stats_t's. */
 	atomic_ullong cq_wakes_direct, wake_fds, queue_cache_bytes;
+	atomic_ullong wakes_owed_paid;
 	atomic_ullong remote_access_denied;
 	atomic_ullong xlate_hits, xlate_misses, xlate_evictions;
 	/* Core only.  The per-operation counters (send_posted, recv_posted,

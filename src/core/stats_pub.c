@@ -136,6 +136,7 @@ static const struct tf__stats_field ctx_fields[] = {
 	TF__STATS_FIELD(tf_context_stats_t, cq_wakes_direct),
 	TF__STATS_FIELD(tf_context_stats_t, wake_fds),
 	TF__STATS_FIELD(tf_context_stats_t, queue_cache_bytes),
+	TF__STATS_FIELD(tf_context_stats_t, wakes_owed_paid),
 	TF__STATS_FIELD(tf_context_stats_t, max_pinned),
 	TF__STATS_FIELD(tf_context_stats_t, pinned_refused),
 };

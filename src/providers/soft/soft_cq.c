@@ -232,6 +232,8 @@ int soft_cq_arm(struct tf_cq *base)
 		if (cq->wake_slot >= 0)
 			atomic_fetch_or(&ctx->tpt_ctl->cq_wake[cq->wake_slot],
 					1u);
+		if (ctx->shm_up)
+			soft_shm_pay_owed(ctx);
 		return 0;
 	}
 	first = atomic_fetch_add(&ctx->n_armed, 1) == 0;
@@ -248,6 +250,10 @@ int soft_cq_arm(struct tf_cq *base)
 	 * other's write. */
 	if (!ret && cq->wake_slot >= 0)
 		atomic_fetch_or(&ctx->tpt_ctl->cq_wake[cq->wake_slot], 1u);
+	/* About to sleep: a peer we rang without waking anyone, and whose
+	 * acknowledgement we may be waiting for, is woken now. */
+	if (!ret && ctx->shm_up)
+		soft_shm_pay_owed(ctx);
 	/* A doorbell rung before the arm (so without waking anyone) and
 	 * not yet seen: the caller's look once more may make no progress
 	 * (another thread, the waker itself, holds the progress lock and

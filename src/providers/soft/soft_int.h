@@ -757,6 +757,9 @@ uint64_t soft_atomic_exec(struct soft_ctx *ctx, uint64_t *addr,
 bool soft_shm_need_progress(struct soft_ctx *ctx);
 /* A peer rang the doorbell after the last progress pass read it. */
 bool soft_shm_doorbell_unseen(struct soft_ctx *ctx);
+/* A CQ of @ctx is armed, its thread about to sleep: wake every peer still
+ * owed a wake-up (soft_shm_int.h, "Wake-ups owed"). */
+void soft_shm_pay_owed(struct soft_ctx *ctx);
 
 void soft_xlate_touch_model(struct soft_ctx *ctx, uint64_t addr, uint64_t len);
 

@@ -97,6 +97,10 @@
 #define SHM_RNR_DELAY_NS 10000ull
 /* How often progress checks that peers are alive. */
 #define SHM_LIVENESS_NS 5000000ull
+/* How long a sender that polls waits for the acknowledgement of a message
+ * whose doorbell woke nobody before it wakes the peer's waker (see
+ * "Wake-ups owed" below). */
+#define SHM_OWED_NS 20000ull
 
 enum { SEG_LIVE = 0, SEG_ERR = 1, SEG_DEAD = 2 };
 /* shm_seg.claim_state: free, being written (by the claimer, for three
@@ -195,6 +199,11 @@ struct shm_peer {
 	size_t bytes;
 	_Atomic int wake_fd; /* the peer's wake eventfd: -1 not opened yet,
 			      * -2 cannot be opened */
+	/* Wake-ups owed (soft_shm_owe): how often we woke the peer (its
+	 * waker, or a thread asleep on one of its CQs), and that count + 1
+	 * when a doorbell of ours last woke nobody (0: never).  Owed while
+	 * debt == wakes + 1: no wake-up since. */
+	_Atomic uint64_t wakes, debt;
 	int refs;
 	_Atomic bool dead;
 	uint64_t checked_pass;	  /* soft_shm_peer_dead_pass; progress_lock */
@@ -273,6 +282,9 @@ struct shm_ctx {
 	 * some QP waits for acks or an RNR timer, so keep polling. */
 	_Atomic uint64_t any_pending;
 	_Atomic uint64_t pend[SOFT_MAX_QP / 64];
+	/* Some peer may be owed a wake-up (set by soft_shm_owe, taken by
+	 * soft_shm_pay_owed). */
+	_Atomic bool owed;
 };
 
 /* Per connected QP. */
@@ -291,6 +303,10 @@ struct shm_qp {
 	uint32_t nak_gen_seen;
 	uint32_t rnr_go_pending; /* NAK generation to release, 0 none */
 	uint64_t rnr_deadline;
+	/* Our message whose doorbell woke nobody, and when (0: none): if it
+	 * is still unacknowledged SHM_OWED_NS later and the peer was not
+	 * woken since, progress wakes the peer's waker. */
+	uint64_t owed_seq, owed_ns;
 	/* receiver side */
 	uint64_t rx_head, rx_seq;
 	uint32_t my_nak_gen;
@@ -398,6 +414,26 @@ static inline uint8_t *shm_map_cached(struct shm_peer *p,
 /* The peer sleeps on a CQ fd: write its wake eventfd (opened on first
  * use).  A system call, but only while the peer has armed a CQ. */
 void soft_shm_wake_peer(struct shm_peer *p);
+
+/*
+ * Wake-ups owed.  A doorbell for a QP whose receive CQ is not armed, in a
+ * peer context where some other CQ is, wakes nobody: the peer's thread is
+ * busy (it polls, or arms that CQ, and either looks at the doorbell), or
+ * asleep on another CQ.  Waking the peer's waker for it, as the NIC that
+ * acknowledges without the CPU, cost a sleeping server a second thread's
+ * wake-up for most messages.  Only a sender that waits for the
+ * acknowledgement needs it, so it is owed (soft_shm_owe) and paid where
+ * the sender waits: when it arms a CQ to sleep (soft_shm_pay_owed), or
+ * when it polls and the message is still unacknowledged SHM_OWED_NS later
+ * (soft_shm_owed_check).  Any later wake-up of that peer by us pays it
+ * too: the woken thread's poll, or its next arm, makes progress over the
+ * whole context, our message included.
+ */
+/* @s's doorbell (under @qp's lock) woke nobody. */
+void soft_shm_owe(struct soft_qp *qp, struct shm_qp *s);
+/* Progress of @s's sender side: settle or pay what @s owes.  qp->lock. */
+void soft_shm_owed_check(struct shm_qp *s);
+/* soft_shm_pay_owed: soft_int.h. */
 /* Wake the thread asleep on @cq, a CQ of @s's peer QP, directly if that
  * CQ is armed.  @qp's lock. */
 enum shm_cq_wake soft_shm_wake_cq(struct soft_qp *qp, struct shm_qp *s,
@@ -421,16 +457,21 @@ static inline uint64_t shm_bit_mask(uint32_t qpn)
  * its ready bit first, then the doorbell (the order the owner's progress
  * relies on, see shm_progress).  The doorbell update is a full barrier,
  * so the armed flag read after it pairs with the peer's "arm, then poll
- * once more". */
+ * once more".  A ring that wakes nobody is owed (above). */
 static inline void soft_shm_ring_doorbell(struct soft_qp *qp, struct shm_qp *s)
 {
 	atomic_fetch_or_explicit(&s->peer->ctl->ready[shm_bit_word(s->rqpn)],
 				 shm_bit_mask(s->rqpn), memory_order_seq_cst);
 	atomic_fetch_add_explicit(&s->peer->ctl->doorbell, 1,
 				  memory_order_seq_cst);
-	if (atomic_load_explicit(&s->peer->ctl->armed, memory_order_relaxed) &&
-	    soft_shm_wake_cq(qp, s, &s->rcq) != SHM_CQ_WOKEN)
-		soft_shm_wake_peer(s->peer);
+	if (atomic_load_explicit(&s->peer->ctl->armed, memory_order_relaxed)) {
+		enum shm_cq_wake w = soft_shm_wake_cq(qp, s, &s->rcq);
+
+		if (w == SHM_CQ_UNKNOWN)
+			soft_shm_wake_peer(s->peer);
+		else if (w == SHM_CQ_NOT_ARMED)
+			soft_shm_owe(qp, s);
+	}
 }
 
 /* Our QP @qpn has work to watch for (a message in flight): progress is

@@ -123,6 +123,8 @@ static int tx_progress(struct soft_qp *qp, struct shm_qp *s)
 		n++;
 		soft_engine_send_done(qp, wqe, TF_WC_SUCCESS);
 	}
+	if (s->owed_seq)
+		soft_shm_owed_check(s);
 	if (qp->base.state != TF_QPS_RTS || !s->n_inflight)
 		return n;
 	gen = atomic_load_explicit(&rs->nak_gen, memory_order_acquire);

@@ -1274,16 +1274,72 @@ enum shm_cq_wake soft_shm_wake_cq(struct soft_qp *qp, struct shm_qp *s,
 	}
 	/* Taken by another waker (who writes the eventfd) or consumed by
 	 * the owner's completion (which did): woken either way. */
-	if (!atomic_compare_exchange_strong(w, &v, v & ~1u))
-		return v >> 1 == cq->gen && !(v & 1) ? SHM_CQ_WOKEN
-						     : SHM_CQ_UNKNOWN;
+	if (!atomic_compare_exchange_strong(w, &v, v & ~1u)) {
+		if (v >> 1 != cq->gen || (v & 1))
+			return SHM_CQ_UNKNOWN;
+		atomic_fetch_add(&s->peer->wakes, 1);
+		return SHM_CQ_WOKEN;
+	}
 	if (write(cq->fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
 		tf_log_debug(SOFT_SUBSYS, "shm: waking peer %d's CQ: %m",
 			     (int)s->peer->pid);
 		return SHM_CQ_UNKNOWN;
 	}
+	atomic_fetch_add(&s->peer->wakes, 1);
 	TF_STAT_ADD(&qp->ctx->base, cq_wakes_direct, 1);
 	return SHM_CQ_WOKEN;
+}
+
+void soft_shm_owe(struct soft_qp *qp, struct shm_qp *s)
+{
+	struct shm_ctx *sc = qp->ctx->shm_priv;
+
+	/* Nothing unacknowledged (a ring that only tells of an error): no
+	 * sender waits for this peer. */
+	if (s->acked >= s->tx_seq)
+		return;
+	/* After the count it is compared with, so that a wake-up between
+	 * them is seen as one since the debt (a debt paid early, not lost). */
+	atomic_store(&s->peer->debt, atomic_load(&s->peer->wakes) + 1);
+	atomic_store(&sc->owed, true);
+	if (!s->owed_ns)
+		s->owed_ns = tf__now_ns();
+	s->owed_seq = s->tx_seq;
+}
+
+void soft_shm_owed_check(struct shm_qp *s)
+{
+	struct shm_peer *p = s->peer;
+
+	if (s->acked >= s->owed_seq ||
+	    atomic_load(&p->debt) != atomic_load(&p->wakes) + 1) {
+		s->owed_ns = s->owed_seq = 0; /* acknowledged, or woken */
+		return;
+	}
+	if (tf__now_ns() - s->owed_ns < SHM_OWED_NS)
+		return;
+	s->owed_ns = s->owed_seq = 0;
+	TF_STAT_ADD(&p->sc->ctx->base, wakes_owed_paid, 1);
+	soft_shm_wake_peer(p);
+}
+
+void soft_shm_pay_owed(struct soft_ctx *ctx)
+{
+	struct shm_ctx *sc = atomic_load_explicit(
+		(void *_Atomic *)&ctx->shm_priv, memory_order_acquire);
+
+	/* Taken before the walk: a debt made during it sets it again. */
+	if (!sc || !atomic_load_explicit(&sc->owed, memory_order_relaxed) ||
+	    !atomic_exchange(&sc->owed, false))
+		return;
+	pthread_mutex_lock(&ctx->lock);
+	for (struct shm_peer *p = sc->peers; p; p = p->next) {
+		if (atomic_load(&p->debt) != atomic_load(&p->wakes) + 1)
+			continue;
+		TF_STAT_ADD(&ctx->base, wakes_owed_paid, 1);
+		soft_shm_wake_peer(p);
+	}
+	pthread_mutex_unlock(&ctx->lock);
 }
 
 void soft_shm_tx_wait(struct soft_qp *qp, bool waiting)
@@ -1311,7 +1367,12 @@ void soft_shm_wake_peer(struct shm_peer *p)
 		}
 		fd = nfd;
 	}
-	if (fd >= 0 && write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+	if (fd < 0)
+		return;
+	if (write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
 		tf_log_debug(SOFT_SUBSYS, "shm: waking peer %d: %m",
 			     (int)p->pid);
+		return;
+	}
+	atomic_fetch_add(&p->wakes, 1);
 }

@@ -226,14 +226,18 @@ int soft_cq_arm(struct tf_cq *base)
 		tf_log_error(SOFT_SUBSYS, "cq eventfd read: %m");
 		return ret;
 	}
+	/* About to sleep: a peer we rang without waking anyone, and whose
+	 * acknowledgement we may be waiting for, is woken now.  Before the
+	 * arm is as good as after: an acknowledgement that comes before it
+	 * is found by the caller's look once more. */
+	if (ctx->shm_up)
+		soft_shm_pay_owed(ctx);
 	if (atomic_exchange(&cq->armed, true)) {
 		/* Still armed, and its bit maybe taken by a peer that woke
 		 * the sleeper directly: offer it again. */
 		if (cq->wake_slot >= 0)
 			atomic_fetch_or(&ctx->tpt_ctl->cq_wake[cq->wake_slot],
 					1u);
-		if (ctx->shm_up)
-			soft_shm_pay_owed(ctx);
 		return 0;
 	}
 	first = atomic_fetch_add(&ctx->n_armed, 1) == 0;
@@ -250,10 +254,6 @@ int soft_cq_arm(struct tf_cq *base)
 	 * other's write. */
 	if (!ret && cq->wake_slot >= 0)
 		atomic_fetch_or(&ctx->tpt_ctl->cq_wake[cq->wake_slot], 1u);
-	/* About to sleep: a peer we rang without waking anyone, and whose
-	 * acknowledgement we may be waiting for, is woken now. */
-	if (!ret && ctx->shm_up)
-		soft_shm_pay_owed(ctx);
 	/* A doorbell rung before the arm (so without waking anyone) and
 	 * not yet seen: the caller's look once more may make no progress
 	 * (another thread, the waker itself, holds the progress lock and

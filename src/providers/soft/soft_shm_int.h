@@ -412,8 +412,9 @@ static inline uint8_t *shm_map_cached(struct shm_peer *p,
 }
 
 /* The peer sleeps on a CQ fd: write its wake eventfd (opened on first
- * use).  A system call, but only while the peer has armed a CQ. */
-void soft_shm_wake_peer(struct shm_peer *p);
+ * use).  A system call, but only while the peer has armed a CQ.  Whether
+ * it was written (false: the peer's eventfd cannot be had). */
+bool soft_shm_wake_peer(struct shm_peer *p);
 
 /*
  * Wake-ups owed.  A doorbell for a QP whose receive CQ is not armed, in a
@@ -429,8 +430,8 @@ void soft_shm_wake_peer(struct shm_peer *p);
  * too: the woken thread's poll, or its next arm, makes progress over the
  * whole context, our message included.
  */
-/* @s's doorbell (under @qp's lock) woke nobody. */
-void soft_shm_owe(struct soft_qp *qp, struct shm_qp *s);
+/* @s's doorbell (under its QP's lock) woke nobody. */
+void soft_shm_owe(struct shm_qp *s);
 /* Progress of @s's sender side: settle or pay what @s owes.  qp->lock. */
 void soft_shm_owed_check(struct shm_qp *s);
 /* soft_shm_pay_owed: soft_int.h. */
@@ -470,7 +471,7 @@ static inline void soft_shm_ring_doorbell(struct soft_qp *qp, struct shm_qp *s)
 		if (w == SHM_CQ_UNKNOWN)
 			soft_shm_wake_peer(s->peer);
 		else if (w == SHM_CQ_NOT_ARMED)
-			soft_shm_owe(qp, s);
+			soft_shm_owe(s);
 	}
 }
 

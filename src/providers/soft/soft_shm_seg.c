@@ -1290,10 +1290,8 @@ enum shm_cq_wake soft_shm_wake_cq(struct soft_qp *qp, struct shm_qp *s,
 	return SHM_CQ_WOKEN;
 }
 
-void soft_shm_owe(struct soft_qp *qp, struct shm_qp *s)
+void soft_shm_owe(struct shm_qp *s)
 {
-	struct shm_ctx *sc = qp->ctx->shm_priv;
-
 	/* Nothing unacknowledged (a ring that only tells of an error): no
 	 * sender waits for this peer. */
 	if (s->acked >= s->tx_seq)
@@ -1301,7 +1299,7 @@ void soft_shm_owe(struct soft_qp *qp, struct shm_qp *s)
 	/* After the count it is compared with, so that a wake-up between
 	 * them is seen as one since the debt (a debt paid early, not lost). */
 	atomic_store(&s->peer->debt, atomic_load(&s->peer->wakes) + 1);
-	atomic_store(&sc->owed, true);
+	atomic_store(&s->peer->sc->owed, true);
 	if (!s->owed_ns)
 		s->owed_ns = tf__now_ns();
 	s->owed_seq = s->tx_seq;
@@ -1319,8 +1317,8 @@ void soft_shm_owed_check(struct shm_qp *s)
 	if (tf__now_ns() - s->owed_ns < SHM_OWED_NS)
 		return;
 	s->owed_ns = s->owed_seq = 0;
-	TF_STAT_ADD(&p->sc->ctx->base, wakes_owed_paid, 1);
-	soft_shm_wake_peer(p);
+	if (soft_shm_wake_peer(p))
+		TF_STAT_ADD(&p->sc->ctx->base, wakes_owed_paid, 1);
 }
 
 void soft_shm_pay_owed(struct soft_ctx *ctx)
@@ -1334,10 +1332,9 @@ void soft_shm_pay_owed(struct soft_ctx *ctx)
 		return;
 	pthread_mutex_lock(&ctx->lock);
 	for (struct shm_peer *p = sc->peers; p; p = p->next) {
-		if (atomic_load(&p->debt) != atomic_load(&p->wakes) + 1)
-			continue;
-		TF_STAT_ADD(&ctx->base, wakes_owed_paid, 1);
-		soft_shm_wake_peer(p);
+		if (atomic_load(&p->debt) == atomic_load(&p->wakes) + 1 &&
+		    soft_shm_wake_peer(p))
+			TF_STAT_ADD(&ctx->base, wakes_owed_paid, 1);
 	}
 	pthread_mutex_unlock(&ctx->lock);
 }
@@ -1351,7 +1348,7 @@ void soft_shm_tx_wait(struct soft_qp *qp, bool waiting)
 	atomic_store(&own_seg(qp)->tx_wait, waiting);
 }
 
-void soft_shm_wake_peer(struct shm_peer *p)
+bool soft_shm_wake_peer(struct shm_peer *p)
 {
 	int fd = atomic_load_explicit(&p->wake_fd, memory_order_acquire);
 	uint64_t one = 1;
@@ -1368,11 +1365,12 @@ void soft_shm_wake_peer(struct shm_peer *p)
 		fd = nfd;
 	}
 	if (fd < 0)
-		return;
+		return false;
 	if (write(fd, &one, sizeof(one)) < 0 && errno != EAGAIN) {
 		tf_log_debug(SOFT_SUBSYS, "shm: waking peer %d: %m",
 			     (int)p->pid);
-		return;
+		return false;
 	}
 	atomic_fetch_add(&p->wakes, 1);
+	return true;
 }

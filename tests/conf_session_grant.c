@@ -35,9 +35,21 @@
  * REJECT; the server opens no session, counts the refusal, and ends the
  * connection, revoking the grant.  A round that finds the grant still in
  * flight is served as round 0 was, and the next round tries again, up to
- * BOUND_ROUNDS; on soft shm the grant must have been taken by then.  Without
- * memory windows (siw) a listener makes no grant, and the test says so
- * and skips.
+ * BOUND_ROUNDS; on soft shm the grant must have been taken by then.
+ *
+ * Pass 3 (with the key) opens with TF_SESSION_DEFER_OPEN.  The server's
+ * application cannot have a granted session before the client sends its
+ * OPEN, so each round says over the test channel only after the server
+ * accepted.  Rounds 1 and 4 write the grant and close: the server's
+ * accept returns a session already closed by its peer (one message for
+ * the session), with the data in place.  Round 2 waits for a second
+ * exposure, round 3 asks its state (both send the OPEN at once): the
+ * server accepts a session still open, exposes or answers, and the
+ * client's writes and close follow as usual.  Both sides count the
+ * deferred OPENs (tf_node_stats_t.opens_deferred): the client every
+ * granted round, the server rounds 1 and 4 when granted.  Without memory
+ * windows (siw) a listener makes no grant, and the test says so and
+ * skips.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -341,6 +353,122 @@ static void client_bound(struct tf_pair *p, tf_node_t *node, uint16_t port)
 	       caps.transport);
 }
 
+/* Pass 3, server: rounds 0..DEFER_ROUNDS - 1 with deferred OPENs. */
+#define DEFER_ROUNDS 5
+/* Round 2's two exposures together within pass 2's bound (LEN). */
+#define DLEN (LEN / 2)
+static void server_defer(struct tf_pair *p, tf_node_t *node)
+{
+	tf_listener_params_t lp = {.field_mask = TF_LISTENER_PARAM_GRANT,
+				   .grant_len = DLEN,
+				   .grant_rights = RIGHTS,
+				   .grant_depth = GRANT_DEPTH};
+	tf_node_stats_t st0 = stats(node), st;
+	unsigned merged = 0;
+	tf_listener_t *l;
+	tf_session_t *s;
+	uint8_t *m, *m2;
+	int b, x;
+
+	l = grant_listener(p, node, &lp);
+	for (int r = 0; r < DEFER_ROUNDS; r++) {
+		bool merge = r == 1 || r == 4;
+		int g;
+
+		s = st_accept(l, TF_SESSION_DEFER_ESTABLISH);
+		g = tf_session_granted(s);
+		CHECKF(r > 0 || !g, "round 0 granted");
+		if (g) {
+			m = tf_session_buf_addr(s, 0);
+			CHECK(m != NULL);
+			/* Its OPEN was its CLOSE (rounds 1 and 4), or came
+			 * early, asked for (rounds 2 and 3). */
+			CHECKF(tf_session_state(s) ==
+				       (merge ? TF_SESSION_PEER_CLOSED
+					      : TF_SESSION_OPEN),
+			       "round %d: state %d", r, tf_session_state(s));
+			merged += merge;
+		} else {
+			CHECK_OK(tf_session_rent(s, DLEN, &b, (void **)&m));
+			memset(m, 0, DLEN);
+			CHECK_OK(tf_session_expose(s, b, 0, DLEN, RIGHTS, &x));
+		}
+		if (r == 2) {
+			/* The exposure the client waits for. */
+			CHECK_OK(tf_session_rent(s, DLEN, &b, (void **)&m2));
+			memset(m2, 0, DLEN);
+			CHECK_OK(tf_session_expose(s, b, 0, DLEN, RIGHTS, &x));
+		}
+		CHECK_OK(tf_session_establish(s));
+		if (r == 3) {
+			CHECK(tf_test_recv_u64(p) == 3);
+			tf_test_send_u64(p, 1);
+		}
+		CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
+		CHECK_FILL(m, DLEN, (uint32_t)r);
+		if (r == 2)
+			CHECK_FILL(m2, DLEN, 100);
+		tf_session_close(s);
+		CHECK(tf_test_recv_u64(p) == (uint64_t)g);
+		tf_test_sync(p);
+	}
+	st = stats(node);
+	CHECKF(st.opens_deferred - st0.opens_deferred == merged,
+	       "server: %llu OPENs that closed, %u rounds",
+	       (unsigned long long)(st.opens_deferred - st0.opens_deferred),
+	       merged);
+	tf_listener_destroy(l);
+}
+
+static void client_defer(struct tf_pair *p, tf_node_t *node, uint16_t port)
+{
+	tf_session_params_t sp = {.field_mask = TF_SESSION_PARAM_FLAGS,
+				  .flags = TF_SESSION_DEFER_OPEN};
+	tf_node_stats_t st0 = stats(node), st;
+	unsigned granted = 0;
+	tf_session_t *s;
+	uint8_t *m;
+	int b, g;
+
+	for (int r = 0; r < DEFER_ROUNDS; r++) {
+		CHECK_OK(tf_session_connect(node, st_host(), port, &sp, &s));
+		g = tf_session_granted(s);
+		CHECKF(r || !g, "round 0: granted");
+		granted += (unsigned)g;
+		if (r == 2) {
+			CHECK_OK(tf_session_wait_peer(
+				s, 2, 4 * tf_test_timeout_ms()));
+		} else if (r == 3) {
+			CHECK(tf_session_state(s) == TF_SESSION_OPEN);
+			tf_test_send_u64(p, 3);
+			CHECK(tf_test_recv_u64(p) == 1);
+		}
+		if (!g)
+			CHECK_OK(tf_session_wait_peer(
+				s, 1, 4 * tf_test_timeout_ms()));
+		CHECK_OK(tf_session_rent(s, DLEN, &b, (void **)&m));
+		tf_test_fill(m, DLEN, (uint32_t)r);
+		CHECK_OK(tf_session_write(s, b, 0, 0, 0, DLEN, 1));
+		st_expect(s, 1, TF_WC_SUCCESS, NULL);
+		if (r == 2) {
+			tf_test_fill(m, DLEN, 100);
+			CHECK_OK(tf_session_write(s, b, 0, 1, 0, DLEN, 2));
+			st_expect(s, 2, TF_WC_SUCCESS, NULL);
+		}
+		tf_session_close(s);
+		tf_test_send_u64(p, (uint64_t)g);
+		tf_test_sync(p);
+	}
+	tf_test_info("%u of rounds 1..%d granted, OPENs deferred", granted,
+		     DEFER_ROUNDS - 1);
+	st = stats(node);
+	CHECKF(st.opens_deferred - st0.opens_deferred == granted,
+	       "client: %llu OPENs deferred, %u granted rounds",
+	       (unsigned long long)(st.opens_deferred - st0.opens_deferred),
+	       granted);
+	CHECK(st.grants_taken - st0.grants_taken == granted);
+}
+
 int main(void)
 {
 	struct tf_pair p;
@@ -349,28 +477,33 @@ int main(void)
 	setenv("TOLLFREE_SESSION_MAX_EXPOSED_PEER", "4096", 1);
 	tf_test_begin("conf_session_grant");
 	tf_test_pair_open(&p);
-	for (int pass = 0; pass < 3; pass++) {
-		tf_node_t *node = make_node(&p, pass == 1);
+	for (int pass = 0; pass < 4; pass++) {
+		tf_node_t *node = make_node(&p, pass == 1 || pass == 3);
 		uint16_t port;
 
 		if (!stats(node).use_mw)
 			tf_test_skip("no memory windows: a listener makes no "
 				     "grant without them");
 		tf_test_info("pass %d: %s", pass,
-			     pass == 2	 ? "grants past the exposed bound"
+			     pass == 3	 ? "deferred OPENs, pre-shared key"
+			     : pass == 2 ? "grants past the exposed bound"
 			     : pass == 1 ? "pre-shared key"
 					 : "no key");
 		/* Round N + 1 breaks a QP on purpose; pass 2's refusal is
 		 * logged. */
 		tf_test_tolerate_log(true);
 		if (p.side == TF_SIDE_B) {
-			if (pass == 2)
+			if (pass == 3)
+				server_defer(&p, node);
+			else if (pass == 2)
 				server_bound(&p, node);
 			else
 				server(&p, node);
 		} else {
 			port = (uint16_t)tf_test_recv_u64(&p);
-			if (pass == 2)
+			if (pass == 3)
+				client_defer(&p, node, port);
+			else if (pass == 2)
 				client_bound(&p, node, port);
 			else
 				client(&p, node, port);

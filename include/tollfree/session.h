@@ -257,6 +257,10 @@ typedef struct tf_node_stats {
 	/* Client: TCP sockets made ahead for its next connect (0 or 1),
 	 * each an open file descriptor of the process. */
 	uint64_t stock_sockets;
+	/* TF_SESSION_DEFER_OPEN: client, sessions on a grant that deferred
+	 * their OPEN; server, sessions whose OPEN was their CLOSE too (one
+	 * message for the whole session). */
+	uint64_t opens_deferred;
 } tf_node_stats_t;
 
 /* tf_node_query_stats - copy the counters (read without a lock).
@@ -376,6 +380,19 @@ enum tf_session_flags {
 	 * version, no exposure at accept, a grant) the close is as usual.
 	 */
 	TF_SESSION_REMOTE_INV = 1u << 2,
+	/*
+	 * Connect: a session that takes a listener's grant sends its OPEN
+	 * only when it first needs the server: with its first control
+	 * message (an exposure; its close, whose one message then opens
+	 * and closes it) or first call that involves the server
+	 * (tf_session_send, _send_imm, _write_imm, _recv, tf_session_wait_peer
+	 * for more exposures than it has, tf_session_state, tf_session_arm,
+	 * tf_session_qp).  Until then it writes, reads and runs atomics on
+	 * the grant, and the server's application has not accepted it yet:
+	 * a client must not wait for that application, outside this
+	 * library, before one of those calls.  No effect without a grant.
+	 */
+	TF_SESSION_DEFER_OPEN = 1u << 3,
 };
 
 typedef struct tf_session_params {

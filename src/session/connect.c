@@ -264,31 +264,58 @@ next:
  * control QP (a new connection; empty on a kept one) and the private
  * data.  They travel in the HELLO without a key, in the sealed OPEN with
  * one, and alone in the OPEN of a kept connection. */
-static void put_open(struct tf_wire_msg *m, const tf_session_params_t *params,
-		     const uint8_t *blob, size_t blob_len, const uint8_t *ctl,
-		     size_t ctl_len, uint32_t grant)
+static void put_open_fields(struct tf_wire_msg *m, const void *priv,
+			    size_t priv_len, const uint8_t *blob,
+			    size_t blob_len, const uint8_t *ctl, size_t ctl_len,
+			    uint32_t grant, uint8_t flags)
 {
-	size_t priv_len = 0;
-
-	if (params && (params->field_mask & TF_SESSION_PARAM_PRIV))
-		priv_len = params->priv_len;
 	tf__wire_put_u16(m, (uint16_t)blob_len);
 	tf__wire_put_bytes(m, blob, blob_len);
 	tf__wire_put_u16(m, (uint16_t)priv_len);
 	if (priv_len)
-		tf__wire_put_bytes(m, params->priv, priv_len);
+		tf__wire_put_bytes(m, priv, priv_len);
 	tf__wire_put_u16(m, (uint16_t)ctl_len);
 	tf__wire_put_bytes(m, ctl, ctl_len);
 	tf__wire_put_u32(m, grant);
+	tf__wire_put_u8(m, flags);
+}
+
+static void put_open(struct tf_wire_msg *m, const tf_session_params_t *params,
+		     const uint8_t *blob, size_t blob_len, const uint8_t *ctl,
+		     size_t ctl_len, uint32_t grant)
+{
+	const void *priv = NULL;
+	size_t priv_len = 0;
+
+	if (params && (params->field_mask & TF_SESSION_PARAM_PRIV)) {
+		priv = params->priv;
+		priv_len = params->priv_len;
+	}
 	/* A grant's OPEN is not answered: nobody could agree. */
-	tf__wire_put_u8(m,
+	put_open_fields(m, priv, priv_len, blob, blob_len, ctl, ctl_len, grant,
 			tf__sess_flag(params, TF_SESSION_REMOTE_INV) && !grant
 				? TF_WIRE_OPEN_RINV
 				: 0);
 }
 
-static int send_open(struct tf_session *s, const tf_session_params_t *params,
-		     uint32_t grant)
+/* The OPEN of a session on a kept connection. */
+static int send_open(struct tf_session *s, const void *priv, size_t priv_len,
+		     uint32_t grant, uint8_t flags)
+{
+	struct tf_wire_msg m;
+	int ret;
+
+	tf__wire_init(&m, TF_WIRE_OPEN);
+	tf__wire_put_u32(&m, s->c->id);
+	put_open_fields(&m, priv, priv_len, NULL, 0, NULL, 0, grant, flags);
+	ret = tf__wire_finish(&m);
+	if (ret)
+		return ret;
+	return tf__sess_ctl_send(s, &m, s->node->timeout_ms);
+}
+
+static int send_open_params(struct tf_session *s,
+			    const tf_session_params_t *params, uint32_t grant)
 {
 	struct tf_wire_msg m;
 	int ret;
@@ -300,6 +327,22 @@ static int send_open(struct tf_session *s, const tf_session_params_t *params,
 	if (ret)
 		return ret;
 	return tf__sess_ctl_send(s, &m, s->node->timeout_ms);
+}
+
+int tf__sess_open_flush(struct tf_session *s, bool closed)
+{
+	int ret;
+
+	if (!s->open_due)
+		return 0;
+	s->open_due = false;
+	if (s->broken)
+		return -ENOTCONN;
+	ret = send_open(s, s->open_priv, s->open_priv_len, s->open_grant,
+			closed ? TF_WIRE_OPEN_CLOSED : 0);
+	if (ret)
+		tf__sess_set_broken(s, ret);
+	return ret;
 }
 
 /*
@@ -441,9 +484,22 @@ static int open_granted(struct tf_session *s, const tf_session_params_t *params)
 			return ret;
 	}
 	g = tf__conn_grant_take(c, 0);
-	ret = send_open(s, params, g.id);
-	if (ret)
-		return ret;
+	if (tf__sess_flag(params, TF_SESSION_DEFER_OPEN)) {
+		/* Sent when the session first needs the server (or with
+		 * its close): tf__sess_open_flush. */
+		if ((params->field_mask & TF_SESSION_PARAM_PRIV) &&
+		    params->priv_len) {
+			memcpy(s->open_priv, params->priv, params->priv_len);
+			s->open_priv_len = params->priv_len;
+		}
+		s->open_grant = g.id;
+		s->open_due = true;
+		STAT(s->node, opens_deferred);
+	} else {
+		ret = send_open_params(s, params, g.id);
+		if (ret)
+			return ret;
+	}
 	s->peer[0] = g.info;
 	s->n_peer = 1;
 	s->granted = true;
@@ -481,7 +537,7 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 	if (!ret && c->n_grants) {
 		ret = open_granted(s, params);
 	} else if (!ret) {
-		ret = send_open(s, params, 0);
+		ret = send_open_params(s, params, 0);
 		if (!ret)
 			ret = client_accept(s, true);
 	}

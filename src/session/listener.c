@@ -817,6 +817,13 @@ static int server_open(struct tf_listener *l, struct tf_conn *c,
 		g = tf__conn_grant_take(c, (unsigned)gi);
 		tf__sess_take_grant(s, &g);
 		STAT(node, grants_taken);
+		/* A deferred OPEN that is its session's CLOSE too: what the
+		 * client wrote is placed, and it revoked what it exposed
+		 * (nothing: exposing would have sent the OPEN). */
+		if (req.flags & TF_WIRE_OPEN_CLOSED) {
+			s->peer_closed = true;
+			STAT(node, opens_deferred);
+		}
 	} else {
 		s->deferred = true;
 	}

@@ -525,6 +525,7 @@ int tf_node_query_stats(tf_node_t *node, tf_node_stats_t *st)
 	st->grants_made = LD(grants_made);
 	st->grants_taken = LD(grants_taken);
 	st->grants_dropped = LD(grants_dropped);
+	st->opens_deferred = LD(opens_deferred);
 	st->remote_inv = LD(remote_inv);
 	st->remote_inv_missed = LD(remote_inv_missed);
 	st->psk_early = LD(psk_early);

@@ -58,6 +58,7 @@ static const struct tf__stats_field node_fields[] = {
 	TF__STATS_FIELD(tf_node_stats_t, psk_early),
 	TF__STATS_FIELD(tf_node_stats_t, psk_early_refused),
 	TF__STATS_FIELD(tf_node_stats_t, stock_sockets),
+	TF__STATS_FIELD(tf_node_stats_t, opens_deferred),
 };
 
 static const struct tf__stats_field pool_fields[] = {

@@ -206,6 +206,10 @@ static int send_with_exposures(struct tf_session *s, struct tf_wire_msg *m)
 {
 	int ret;
 
+	/* The server opens the session before it reads what it exposes. */
+	ret = tf__sess_open_flush(s, false);
+	if (ret)
+		return ret;
 	put_exposures(m, s);
 	ret = tf__wire_finish(m);
 	if (!ret)
@@ -614,6 +618,8 @@ int tf_session_state(tf_session_t *s)
 {
 	if (!s)
 		return -EINVAL;
+	/* Asked about the peer: the peer must know of the session. */
+	tf__sess_open_flush(s, false);
 	tf__sess_ctrl_step(s);
 	/* Broken first: a session whose establish failed is broken, not
 	 * still accepting (a server waiting for BROKEN would leak it).  But
@@ -679,7 +685,12 @@ void tf__sess_take_grant(struct tf_session *s, const struct tf_grant *g)
 
 tf_qp_t *tf_session_qp(tf_session_t *s)
 {
-	return s ? s->c->qp : NULL;
+	if (!s)
+		return NULL;
+	/* Work posted there is not ours to look at: the server must know
+	 * of the session before any of it (a failure shows in its state). */
+	tf__sess_open_flush(s, false);
+	return s->c->qp;
 }
 
 /* ------------------------------------------------------ revoke, close */
@@ -913,9 +924,15 @@ void tf_session_close(tf_session_t *s)
 		/* A connection that ends with the session closes its socket
 		 * below: a CLOSE sent there leaves with the FIN. */
 		c->fin_next = !keep;
-		if ((rinv && rinv_send(s)) || tf__wire_finish(&m) ||
-		    tf__sess_ctl_send(s, &m, node->timeout_ms))
+		if (s->open_due) {
+			/* The OPEN it deferred is its CLOSE too: one
+			 * message for the session (no rinv on a grant). */
+			if (tf__sess_open_flush(s, true))
+				tf__sess_set_broken(s, -EPIPE);
+		} else if ((rinv && rinv_send(s)) || tf__wire_finish(&m) ||
+			   tf__sess_ctl_send(s, &m, node->timeout_ms)) {
 			tf__sess_set_broken(s, -EPIPE);
+		}
 		c->fin_next = false;
 	}
 	keep = keep && !c->broken && !s->n_stash &&

@@ -338,6 +338,9 @@ int tf_session_arm(tf_session_t *s)
 {
 	if (!s)
 		return -EINVAL;
+	/* About to sleep, maybe until the server says something: it must
+	 * know of the session (a failure breaks it: the look reports). */
+	tf__sess_open_flush(s, false);
 	return sess_arm(s, true);
 }
 
@@ -439,6 +442,10 @@ int tf_session_wait_peer(tf_session_t *s, int n, int timeout_ms)
 
 	if (!s)
 		return -EINVAL;
+	/* More than it knows: the server exposes them once it has the
+	 * session. */
+	if (s->n_peer < n && tf__sess_open_flush(s, false))
+		return -ENOTCONN;
 	tf__sess_backoff_init(&bo, s->node, timeout_ms);
 	for (;;) {
 		int r;
@@ -642,6 +649,8 @@ int tf_session_write_imm(tf_session_t *s, int buf, size_t loff, int exp,
 	 * invalidation only. */
 	if (s->rinv_asked && !s->server)
 		return -EPERM;
+	if (tf__sess_open_flush(s, false))
+		return -ENOTCONN;
 	return rdma(s, &wr, &sge, TF_ACCESS_REMOTE_WRITE, buf, loff, exp, roff,
 		    len, wr_id);
 }
@@ -704,6 +713,10 @@ static int send_msg(struct tf_session *s, struct tf_send_wr *wr,
 		return -EPERM;
 	if (off > b->len || len > b->len - off)
 		return -ERANGE;
+	/* It takes a receive that the server posts once it has the
+	 * session (TF_SESSION_DEFER_OPEN). */
+	if (tf__sess_open_flush(s, false))
+		return -ENOTCONN;
 	sge->addr = (uintptr_t)b->addr + off;
 	sge->length = len;
 	sge->lkey = b->lkey;
@@ -748,6 +761,9 @@ int tf_session_recv(tf_session_t *s, int buf, size_t off, uint32_t len,
 		return ret;
 	if (s->recv_posted - s->recv_done >= s->c->recv_depth)
 		return -ENOMEM;
+	/* What it receives is sent once the server has the session. */
+	if (tf__sess_open_flush(s, false))
+		return -ENOTCONN;
 	slot = s->recv_posted % s->c->recv_depth;
 	sge.addr = (uintptr_t)b->addr + off;
 	sge.length = len;

@@ -303,6 +303,7 @@ struct tf_node {
 	atomic_ullong sessions_refused, sessions_refused_peer;
 	atomic_ullong expose_refused, kept_refused;
 	atomic_ullong grants_made, grants_taken, grants_dropped;
+	atomic_ullong opens_deferred;
 	atomic_ullong remote_inv, remote_inv_missed;
 	atomic_ullong psk_early, psk_early_refused;
 	atomic_ullong stock_sockets;
@@ -399,6 +400,12 @@ struct tf_session {
 	bool broken;
 	bool opened;  /* counted in sessions_opened (handshake completed) */
 	bool granted; /* opened on a grant: exposure 0 is the grant */
+	/* Client, TF_SESSION_DEFER_OPEN: the OPEN that takes grant
+	 * open_grant is not sent yet (tf__sess_open_flush), with
+	 * open_priv_len bytes of open_priv. */
+	bool open_due;
+	uint32_t open_grant;
+	size_t open_priv_len;
 	/* Remote invalidation (TF_SESSION_REMOTE_INV).  Client: rinv_asked
 	 * (the flag; no SEND then), rinv (the server agreed: the close
 	 * sends a SEND_WITH_INV of its exposure 0).  Server: rinv_asked
@@ -448,6 +455,7 @@ struct tf_session {
 	struct tf_sess_exp exps[TF_SESSION_MAX_EXPOSURES];
 	tf_exposure_info_t peer[TF_SESSION_MAX_EXPOSURES];
 	uint8_t priv[TF_WIRE_MAX_PRIV];
+	uint8_t open_priv[TF_WIRE_MAX_PRIV];
 };
 
 /* The session's own wr_ids: kind << 56 | slot (session.c, session_data.c).
@@ -467,6 +475,10 @@ enum { TF_SESS_WR_SEND = 1, TF_SESS_WR_RECV = 2, TF_SESS_WR_INT = 3 };
 
 /* session.c and session_data.c share these. */
 void tf__sess_set_broken(struct tf_session *s, int why);
+/* Client: send the OPEN a TF_SESSION_DEFER_OPEN session still owes, if
+ * it does (@closed: as its CLOSE too).  0, or -errno with the session
+ * broken (connect.c). */
+int tf__sess_open_flush(struct tf_session *s, bool closed);
 /* Read the control messages that arrived, without blocking. */
 void tf__sess_ctrl_step(struct tf_session *s);
 /* Poll the CQ once: internal completions update their exposure, the

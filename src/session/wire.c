@@ -457,12 +457,15 @@ static int get_open(struct tf_wire_cur *cur, uint32_t reuse,
 	grant = tf__wire_get_u32(cur);
 	flags = tf__wire_get_u8(cur);
 	/* A grant is taken on a kept connection only, and is not answered
-	 * (so no server agrees to a remote invalidation there). */
+	 * (so no server agrees to a remote invalidation there); only an
+	 * OPEN that takes one may be its session's CLOSE too. */
 	if (cur->bad || blob_len > TF_QP_ADDR_MAX ||
 	    priv_len > TF_WIRE_MAX_PRIV || ctl_len > TF_QP_ADDR_MAX ||
 	    (!reuse && (!blob_len || grant)) ||
-	    (reuse && (blob_len || ctl_len)) || (flags & ~TF_WIRE_OPEN_RINV) ||
-	    (grant && flags)) {
+	    (reuse && (blob_len || ctl_len)) ||
+	    (flags & ~(TF_WIRE_OPEN_RINV | TF_WIRE_OPEN_CLOSED)) ||
+	    (grant && (flags & TF_WIRE_OPEN_RINV)) ||
+	    (!grant && (flags & TF_WIRE_OPEN_CLOSED))) {
 		tf_log_warn("session",
 			    "handshake: malformed %s (%u bytes, connection "
 			    "%u, blob %u, control blob %u, grant %u, flags "

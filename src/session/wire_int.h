@@ -123,10 +123,18 @@
  *                   one exposure: a window over a fresh slice, bound to
  *                   the connection's QP, for the next session
  *   C->S OPEN       reuse_id, no blobs, priv, grant = the grant it takes,
- *                   open_flags = 0
+ *                   open_flags = 0 or TF_WIRE_OPEN_CLOSED
  * An OPEN that takes a grant is not answered: the session is open on
  * both sides as the OPEN leaves, and the grant is the server's exposure 0
- * (the client writes into it at once).  A server that refuses it sends
+ * (the client writes into it at once).  Version 8: a client that connects
+ * with TF_SESSION_DEFER_OPEN sends that OPEN only with its session's
+ * first message to the server or its first operation that needs the
+ * server (a SEND, a receive, a wait for more exposures: tf_session_connect
+ * (3)); until then it only writes, reads and runs atomics on the grant,
+ * which its connection's QP could already reach.  A session that closes
+ * first sends one message, the OPEN with TF_WIRE_OPEN_CLOSED, after its
+ * data as a CLOSE goes (tf__sess_fence): the server opens the session
+ * with the client's CLOSE already in, and answers with its own CLOSE.  A server that refuses it sends
  * REJECT and ends the connection (its windows end with it).  The server
  * sends a GRANT when a session on the connection ended and the
  * connection is kept, until the client holds grant_depth of them; a
@@ -174,8 +182,10 @@
  * 5: early addresses (ADDR before a new connection's ACCEPT).
  * 6: remote invalidation (OPEN's and ACCEPT's flags).
  * 7: early OPEN with a key (HELLO's time, CHALLENGE's flags).
+ * 8: a granted OPEN may come late, and be its session's CLOSE
+ * (TF_WIRE_OPEN_CLOSED).
  * A peer of another version gets -TF_EVERSION, not a misparse. */
-#define TF_WIRE_VERSION	 7
+#define TF_WIRE_VERSION	 8
 #define TF_WIRE_HDR_SIZE 16
 /* Bounds on what a peer may send; every one is checked. */
 #define TF_WIRE_MAX_BODY 4096
@@ -224,6 +234,10 @@ enum tf_wire_flags {
  * and asks to revoke the server's exposure 0 with a SEND_WITH_INV at close
  * (TF_SESSION_REMOTE_INV).  Not with a grant. */
 #define TF_WIRE_OPEN_RINV 1u
+/* OPEN flags: the OPEN that takes a grant is its session's CLOSE too (the
+ * client deferred it, TF_SESSION_DEFER_OPEN, and closed without sending
+ * anything else).  Only with a grant. */
+#define TF_WIRE_OPEN_CLOSED 2u
 /* ACCEPT flags: the server posted a receive for that SEND_WITH_INV on the
  * session's QP, and its exposure 0 (the ACCEPT carries one) is a window. */
 #define TF_WIRE_ACCEPT_RINV 1u

@@ -26,7 +26,8 @@
  *   grant    reuse, with a listener that grants each kept connection's
  *            next windows ahead (tf_listener_params_t.grant_len): the
  *            session writes into the granted window without waiting for
- *            the server (write only: a fetch must ask first).
+ *            the server (write only: a fetch must ask first), and with
+ *            TF_SESSION_DEFER_OPEN sends its OPEN with its CLOSE.
  *
  * Each step from direct to pool+mw changes one thing.  References: "warm"
  * (the K transfers on a session already open, memory already exposed: the

@@ -92,9 +92,13 @@ static int cli_move(struct cli *c, tf_session_t *s, int b)
 static int cli_open(struct cli *c, int reg, bool reuse, bool warm,
 		    tf_session_t **s_p, int *b_p, uint64_t *t)
 {
+	/* On a grant the OPEN leaves with the session's first message to
+	 * the server: its CLOSE, unless it sends (TF_SESSION_DEFER_OPEN). */
 	tf_session_params_t sp = sess_params(
-		c->o, (reuse ? 0 : TF_SESSION_NO_REUSE) |
-			      (c->o->remote_inv ? TF_SESSION_REMOTE_INV : 0));
+		c->o,
+		(reuse ? 0 : TF_SESSION_NO_REUSE) |
+			(c->o->remote_inv ? TF_SESSION_REMOTE_INV : 0) |
+			(reg == R_POOLMW_GRANT ? TF_SESSION_DEFER_OPEN : 0));
 	int ret;
 
 	if (warm) {

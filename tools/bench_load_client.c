@@ -90,9 +90,12 @@ static int one_tf(struct lthr *t, const struct load_mode *md, uint64_t *ts)
 	bool reuse = md->reuse;
 	const struct load_opts *o = t->c->o;
 	struct crr_opts co = {.k = o->k};
+	/* On a grant the OPEN goes with the CLOSE: the session only
+	 * writes the grant (TF_SESSION_DEFER_OPEN). */
 	tf_session_params_t sp = sess_params(
 		&co, (reuse ? 0 : TF_SESSION_NO_REUSE) |
-			     (o->remote_inv ? TF_SESSION_REMOTE_INV : 0));
+			     (o->remote_inv ? TF_SESSION_REMOTE_INV : 0) |
+			     (md->grant ? TF_SESSION_DEFER_OPEN : 0));
 	tf_session_t *s = NULL;
 	int b, ret;
 

@@ -342,6 +342,29 @@ static void listener_unwatch(struct tf_listener *l, struct tf_conn *c)
 	c->ctl_armed = false;
 }
 
+/*
+ * The kick (l->efd) is readable while an OPEN waits in a kept
+ * connection's backlog, where no completion fd reports it (it came before
+ * the control CQ was armed): an application that sleeps on
+ * tf_listener_fd() between accepts must not sleep past it.  One write
+ * stands for any number of waiting OPENs, and it is read only in a turn
+ * that finds none (@waiting false), so that serving one of several does
+ * not hide the others.
+ */
+static void kick_sync(struct tf_listener *l, bool waiting)
+{
+	uint64_t v = 1;
+
+	if (waiting == l->kicked)
+		return;
+	if (waiting ? write(l->efd, &v, sizeof(v)) < 0
+		    : read(l->efd, &v, sizeof(v)) < 0 && errno != EAGAIN) {
+		tf_log_debug(S, "listener kick: %m");
+		return;
+	}
+	l->kicked = waiting;
+}
+
 /* Watch @c on the listener for the next OPEN (server side, idle). */
 void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 {
@@ -391,12 +414,8 @@ void tf__listener_keep(struct tf_listener *l, struct tf_conn *c)
 	if (ctl) {
 		if (!tf__ctl_arm(c))
 			c->ctl_armed = true;
-		if (c->ctl.n_backlog) {
-			uint64_t one = 1;
-
-			if (write(l->efd, &one, sizeof(one)) < 0)
-				tf_log_debug(S, "listener kick: %m");
-		}
+		if (c->ctl.n_backlog)
+			kick_sync(l, true);
 	}
 	tf__conn_link(&l->conns, c);
 	if (++l->n_idle > l->node->qp_cache) {
@@ -1216,6 +1235,7 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 		 * deadline, never on a timer, except on a context that
 		 * needs a tick for progress (watch_progress). */
 		int n, wait_ms = l->refs && l->progress_tick ? 10 : -1;
+		bool waiting = false; /* an OPEN in a backlog */
 
 		if (!first)
 			now = tf__now_ns();
@@ -1297,9 +1317,13 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 				continue;
 			if (!c->ctl_armed && c->ctl_watched)
 				c->ctl_armed = !tf__ctl_arm(c);
-			if (c->ctl.n_backlog)
+			if (c->ctl.n_backlog) {
 				wait_ms = 0;
+				waiting = true;
+			}
 		}
+		/* A busy-polling listener's fd does not report OPENs. */
+		kick_sync(l, waiting && !l->busy_poll);
 		if (timeout_ms >= 0 && deadline < next)
 			next = deadline;
 		if (wait_ms && next != UINT64_MAX) {
@@ -1348,14 +1372,10 @@ int tf_listener_accept(tf_listener_t *l, const tf_session_params_t *params,
 
 			if (tag == EV_PROGRESS)
 				continue; /* progress runs each turn */
-			if (tag == EV_KICK) {
-				uint64_t v;
-
-				if (read(l->efd, &v, sizeof(v)) < 0 &&
-				    errno != EAGAIN)
-					tf_log_debug(S, "listener kick: %m");
+			/* The kick is read by kick_sync, once no OPEN
+			 * waits. */
+			if (tag == EV_KICK)
 				continue;
-			}
 			if (tag & EV_CQ)
 				continue;
 			c = evs[i].data.ptr;

@@ -340,8 +340,10 @@ struct tf_listener {
 	int lfd;
 	int epfd;
 	/* Made readable when a kept connection's next OPEN is already
-	 * queued (it arrived before the control CQ was armed). */
+	 * queued (it arrived before the control CQ was armed); kicked: it
+	 * is, and not read since (one write stands for any number). */
 	int efd;
+	bool kicked;
 	uint16_t port;
 	bool busy_poll;	   /* TF_LISTENER_BUSY_POLL: control CQs never armed */
 	uint64_t epoll_ns; /* busy_poll: the last look at the sockets */

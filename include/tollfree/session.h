@@ -349,6 +349,9 @@ uint16_t tf_listener_port(const tf_listener_t *l);
  * tf_listener_accept() has work: a new connection, handshake bytes, or a
  * kept connection opening its next session (also through its control QP,
  * whose completion fd the listener arms, unless TF_LISTENER_BUSY_POLL).
+ * It stays readable while a kept connection's next OPEN, read by the
+ * close of its last session, waits to be accepted (a server may accept
+ * one session per wake-up).
  * It may also become readable spuriously; tf_listener_accept() then
  * re-arms.  Owned by the listener.
  */

@@ -267,7 +267,6 @@ static void server_bound(struct tf_pair *p, tf_node_t *node)
 	tf_node_stats_t st0 = stats(node), st;
 	tf_listener_t *l;
 	tf_session_t *s;
-	int b, x;
 
 	l = grant_listener(p, node, &lp);
 	for (int r = 0; r < BOUND_ROUNDS; r++) {
@@ -303,12 +302,7 @@ static void server_bound(struct tf_pair *p, tf_node_t *node)
 			tf_test_sync(p);
 			break;
 		}
-		CHECK(!tf_session_granted(s));
-		CHECK_OK(tf_session_rent(s, LEN, &b, NULL));
-		CHECK_OK(tf_session_expose(s, b, 0, LEN, TF_ACCESS_REMOTE_WRITE,
-					   &x));
-		CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
-		tf_session_close(s);
+		st_serve_write(s, LEN);
 		if (r > 0)
 			CHECK(tf_test_recv_u64(p) == 0);
 		tf_test_sync(p);

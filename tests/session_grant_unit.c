@@ -42,18 +42,11 @@ static void server(struct tf_pair *p, tf_node_t *node)
 	tf_listener_t *l;
 	tf_session_t *s = NULL;
 	tf_node_stats_t st;
-	int b, x;
 
 	CHECK_OK(tf_listener_create(node, &lp, &l));
 	tf_test_send_u64(p, tf_listener_port(l));
 	for (unsigned i = 0; i < NFORGE; i++) {
-		s = st_accept(l, 0);
-		CHECK(!tf_session_granted(s));
-		CHECK_OK(tf_session_rent(s, LEN, &b, NULL));
-		CHECK_OK(tf_session_expose(s, b, 0, LEN, TF_ACCESS_REMOTE_WRITE,
-					   &x));
-		CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
-		tf_session_close(s);
+		st_serve_write(st_accept(l, 0), LEN);
 		CHECK(stats(node).grants_made == 2 * (i + 1));
 		tf_test_sync(p);
 		/* The forged OPEN: no session, the connection dropped. */

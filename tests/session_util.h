@@ -196,6 +196,19 @@ static inline int st_serve(tf_session_t *s)
 	tf_test_fail(__FILE__, __LINE__, "peer never closed the session");
 }
 
+/* Server: serve @s, not opened on a grant, as a client that writes: @len
+ * bytes exposed writable, served until the client closed, closed. */
+static inline void st_serve_write(tf_session_t *s, size_t len)
+{
+	int b, x;
+
+	CHECK(!tf_session_granted(s));
+	CHECK_OK(tf_session_rent(s, len, &b, NULL));
+	CHECK_OK(tf_session_expose(s, b, 0, len, TF_ACCESS_REMOTE_WRITE, &x));
+	CHECK(st_serve(s) == TF_SESSION_PEER_CLOSED);
+	tf_session_close(s);
+}
+
 /* Wait for exactly one completion of @s and check its status. */
 static inline void st_expect(tf_session_t *s, uint64_t wr_id,
 			     enum tf_wc_status status, struct tf_wc *out)

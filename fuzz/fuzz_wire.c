@@ -146,9 +146,11 @@ static void put_open(const struct tf_wire_rx *rx, struct tf_wire_msg *m,
 	tf__wire_put_u16(m, o->ctl_len);
 	tf__wire_put_bytes(m, o->ctl, o->ctl_len);
 	tf__wire_put_u32(m, o->grant);
-	/* Known flags only, and none with a grant. */
-	FUZZ_CHECK(!(o->flags & ~TF_WIRE_OPEN_RINV));
-	FUZZ_CHECK(!o->grant || !o->flags);
+	/* Known flags only: no remote invalidation with a grant, and only
+	 * an OPEN that takes one is its session's CLOSE too. */
+	FUZZ_CHECK(!(o->flags & ~(TF_WIRE_OPEN_RINV | TF_WIRE_OPEN_CLOSED)));
+	FUZZ_CHECK(!o->grant || !(o->flags & TF_WIRE_OPEN_RINV));
+	FUZZ_CHECK(o->grant || !(o->flags & TF_WIRE_OPEN_CLOSED));
 	tf__wire_put_u8(m, o->flags);
 }
 

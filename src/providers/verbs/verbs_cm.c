@@ -96,17 +96,18 @@ void tf_verbs_cm_stop(struct tf_verbs_ctx *c)
 #include <unistd.h>
 
 /* Address and route resolution, each (ms). */
-#define CM_RESOLVE_MS	2000
-#define CM_BACKLOG	128
-/* Ports tried for the listener (listen_on). */
-#define CM_LISTEN_TRIES 8
+#define CM_RESOLVE_MS 2000
+#define CM_BACKLOG    128
+/* Ports tried for the listener (listen_on), and by an active iWARP id
+ * whose local port the host's TCP stack holds (restart_active). */
+#define CM_PORT_TRIES 8
 
 /* The private data of a connect request, big-endian. */
-#define CM_PD_MAGIC	0x5446434du /* "TFCM" */
+#define CM_PD_MAGIC   0x5446434du /* "TFCM" */
 /* 2: on iWARP, the initiator sends a token first (verbs_iw.c), which a
  * version-1 responder would take as the application's. */
-#define CM_PD_VERSION	2
-#define CM_PD_LEN	24
+#define CM_PD_VERSION 2
+#define CM_PD_LEN     24
 
 struct tf_verbs_cm {
 	struct rdma_event_channel *ch;
@@ -132,7 +133,7 @@ struct cm_held {
 };
 
 /* Requests held at most, over a context's QPs. */
-#define CM_MAX_HELD	256
+#define CM_MAX_HELD   256
 
 static void put32(uint8_t *p, uint32_t v)
 {
@@ -417,8 +418,54 @@ static void reject_held(struct cm_held *h)
 	}
 }
 
-/* The active side's next step after an event on its own cm id. */
-static void on_active(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
+static void local_sockaddr(const struct tf_verbs_cm *cm,
+			   struct sockaddr_storage *ss);
+
+/*
+ * iWARP: rdma_connect of @old failed with EADDRINUSE.  rdma_cm picked the
+ * local port in its own port space, and the connection then needs that
+ * port in the host's TCP stack too, where a socket may hold it (one in
+ * TIME_WAIT, after a burst of TCP connections to the peer): a new id gets
+ * another port, and starts over.  Its events come to this thread, after
+ * this one.  Returns the id to destroy once the event is acknowledged
+ * (@old, or the new one if the QP was closed meanwhile), or NULL with the
+ * connection failed.
+ */
+static struct rdma_cm_id *restart_active(struct tf_verbs_ctx *c,
+					 struct tf_verbs_qp *qp,
+					 struct rdma_cm_id *old)
+{
+	struct tf_verbs_cm *cm = c->cm;
+	struct sockaddr_storage src, dst;
+	struct rdma_cm_id *id;
+	bool mine;
+
+	memcpy(&dst, rdma_get_peer_addr(old), sizeof(dst));
+	local_sockaddr(cm, &src);
+	if (rdma_create_id(cm->ch, &id, qp, RDMA_PS_TCP))
+		return NULL;
+	if (rdma_resolve_addr(id, (struct sockaddr *)&src,
+			      (struct sockaddr *)&dst, CM_RESOLVE_MS)) {
+		rdma_destroy_id(id);
+		return NULL;
+	}
+	pthread_mutex_lock(&cm->lock);
+	mine = qp->cm_id == old && qp->cm_state == VERBS_CM_CONNECTING;
+	if (mine) {
+		qp->cm_id = id;
+		qp->cm_tries++;
+	}
+	pthread_mutex_unlock(&cm->lock);
+	tf_log_info(VERBS_SUBSYS,
+		    "qp %u: connecting to qp %u: local port in use, another",
+		    qp->base.qpn, qp->cm_peer_qpn);
+	return mine ? old : id;
+}
+
+/* The active side's next step after an event on its own cm id; returns
+ * an id to destroy once the event is acknowledged, or NULL. */
+static struct rdma_cm_id *on_active(struct tf_verbs_ctx *c,
+				    struct rdma_cm_event *ev)
 {
 	struct tf_verbs_cm *cm = c->cm;
 	struct tf_verbs_qp *qp = ev->id->context;
@@ -448,6 +495,14 @@ static void on_active(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
 		if (rdma_connect(ev->id, &p)) {
 			ret = tf_verbs_errno(EIO);
 			step = "rdma_connect";
+			if (ret == -EADDRINUSE && c->iwarp &&
+			    qp->cm_tries + 1 < CM_PORT_TRIES) {
+				struct rdma_cm_id *dead =
+					restart_active(c, qp, ev->id);
+
+				if (dead)
+					return dead;
+			}
 		}
 		break;
 	case RDMA_CM_EVENT_CONNECT_RESPONSE:
@@ -474,7 +529,7 @@ static void on_active(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
 		ret = -TF_EPEER;
 		break;
 	default:
-		return;
+		return NULL;
 	}
 	if (ret) {
 		if (step)
@@ -494,6 +549,7 @@ static void on_active(struct tf_verbs_ctx *c, struct rdma_cm_event *ev)
 			set_state(cm, qp, VERBS_CM_FAILED, ret);
 		pthread_mutex_unlock(&cm->lock);
 	}
+	return NULL;
 }
 
 /* Returns the cm id to destroy once @ev is acknowledged, or NULL. */
@@ -547,10 +603,8 @@ static struct rdma_cm_id *on_event(struct tf_verbs_ctx *c,
 		pthread_mutex_unlock(&cm->lock);
 		break;
 	default:
-		if (qp->cm_active) {
-			on_active(c, ev);
-			break;
-		}
+		if (qp->cm_active)
+			return on_active(c, ev);
 		/* A passive id: the active side gave up. */
 		if (ev->event == RDMA_CM_EVENT_REJECTED ||
 		    ev->event == RDMA_CM_EVENT_CONNECT_ERROR ||
@@ -632,7 +686,7 @@ static int listen_on(struct tf_verbs_ctx *c, struct tf_verbs_cm *cm,
 		}
 		ret = tf_verbs_errno(EIO);
 		rdma_destroy_id(id);
-		if (ret != -EADDRINUSE || tries + 1 >= CM_LISTEN_TRIES) {
+		if (ret != -EADDRINUSE || tries + 1 >= CM_PORT_TRIES) {
 			tf_log_error(VERBS_SUBSYS, "%s: rdma_listen on %s: %s",
 				     c->base.device, i->ifa_name,
 				     strerror(-ret));
@@ -885,6 +939,7 @@ static int connect_active(struct tf_verbs_qp *qp,
 	qp->cm_peer_qpn = peer->qpn;
 	qp->cm_peer_token = peer->cm_token;
 	qp->cm_active = true;
+	qp->cm_tries = 0;
 	qp->cm_expect = true;
 	set_state(cm, qp, VERBS_CM_CONNECTING, 0);
 	pthread_mutex_unlock(&cm->lock);

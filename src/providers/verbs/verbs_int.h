@@ -205,7 +205,8 @@ struct tf_verbs_qp {
 	uint8_t cm_state;  /* VERBS_CM_* */
 	bool cm_expect;	   /* passive: the peer's blob is known */
 	bool cm_active;	   /* we started the connection */
-	int cm_err;	   /* why VERBS_CM_FAILED */
+	uint8_t cm_tries; /* active, iWARP: connects whose local port was taken */
+	int cm_err;	  /* why VERBS_CM_FAILED */
 	uint32_t cm_peer_qpn, cm_peer_token;
 	atomic_bool cm_wait;
 	atomic_bool cm_broken; /* disconnected: the QP is in the error state */

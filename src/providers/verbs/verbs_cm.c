@@ -424,12 +424,12 @@ static void local_sockaddr(const struct tf_verbs_cm *cm,
 /*
  * iWARP: rdma_connect of @old failed with EADDRINUSE.  rdma_cm picked the
  * local port in its own port space, and the connection then needs that
- * port in the host's TCP stack too, where a socket may hold it (one in
- * TIME_WAIT, after a burst of TCP connections to the peer): a new id gets
- * another port, and starts over.  Its events come to this thread, after
- * this one.  Returns the id to destroy once the event is acknowledged
- * (@old, or the new one if the QP was closed meanwhile), or NULL with the
- * connection failed.
+ * port in the host's TCP stack too, where another socket may hold it (a
+ * listening one, say): a new id gets another port, and starts over.  Its
+ * events come to this thread, after this one.  Returns the id to destroy
+ * once the event is acknowledged (@old, or the new one if the QP was
+ * closed meanwhile), or NULL with the connection failed.  Once the new id
+ * is the QP's, a close may free the QP: it is not touched after.
  */
 static struct rdma_cm_id *restart_active(struct tf_verbs_ctx *c,
 					 struct tf_verbs_qp *qp,
@@ -438,6 +438,7 @@ static struct rdma_cm_id *restart_active(struct tf_verbs_ctx *c,
 	struct tf_verbs_cm *cm = c->cm;
 	struct sockaddr_storage src, dst;
 	struct rdma_cm_id *id;
+	uint32_t qpn = qp->base.qpn, peer = qp->cm_peer_qpn;
 	bool mine;
 
 	memcpy(&dst, rdma_get_peer_addr(old), sizeof(dst));
@@ -458,7 +459,7 @@ static struct rdma_cm_id *restart_active(struct tf_verbs_ctx *c,
 	pthread_mutex_unlock(&cm->lock);
 	tf_log_info(VERBS_SUBSYS,
 		    "qp %u: connecting to qp %u: local port in use, another",
-		    qp->base.qpn, qp->cm_peer_qpn);
+		    qpn, peer);
 	return mine ? old : id;
 }
 

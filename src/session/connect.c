@@ -280,22 +280,34 @@ static void put_open_fields(struct tf_wire_msg *m, const void *priv,
 	tf__wire_put_u8(m, flags);
 }
 
+/* The private data of @params, if any. */
+static const void *params_priv(const tf_session_params_t *params, size_t *len_p)
+{
+	*len_p = 0;
+	if (!params || !(params->field_mask & TF_SESSION_PARAM_PRIV))
+		return NULL;
+	*len_p = params->priv_len;
+	return params->priv;
+}
+
+/* An OPEN's flags: a grant's OPEN is not answered, so nobody could agree
+ * to a remote invalidation there. */
+static uint8_t open_flags(const tf_session_params_t *params, uint32_t grant)
+{
+	return tf__sess_flag(params, TF_SESSION_REMOTE_INV) && !grant
+		       ? TF_WIRE_OPEN_RINV
+		       : 0;
+}
+
 static void put_open(struct tf_wire_msg *m, const tf_session_params_t *params,
 		     const uint8_t *blob, size_t blob_len, const uint8_t *ctl,
 		     size_t ctl_len, uint32_t grant)
 {
-	const void *priv = NULL;
-	size_t priv_len = 0;
+	size_t priv_len;
+	const void *priv = params_priv(params, &priv_len);
 
-	if (params && (params->field_mask & TF_SESSION_PARAM_PRIV)) {
-		priv = params->priv;
-		priv_len = params->priv_len;
-	}
-	/* A grant's OPEN is not answered: nobody could agree. */
 	put_open_fields(m, priv, priv_len, blob, blob_len, ctl, ctl_len, grant,
-			tf__sess_flag(params, TF_SESSION_REMOTE_INV) && !grant
-				? TF_WIRE_OPEN_RINV
-				: 0);
+			open_flags(params, grant));
 }
 
 /* The OPEN of a session on a kept connection. */
@@ -314,27 +326,10 @@ static int send_open(struct tf_session *s, const void *priv, size_t priv_len,
 	return tf__sess_ctl_send(s, &m, s->node->timeout_ms);
 }
 
-static int send_open_params(struct tf_session *s,
-			    const tf_session_params_t *params, uint32_t grant)
-{
-	struct tf_wire_msg m;
-	int ret;
-
-	tf__wire_init(&m, TF_WIRE_OPEN);
-	tf__wire_put_u32(&m, s->c->id);
-	put_open(&m, params, NULL, 0, NULL, 0, grant);
-	ret = tf__wire_finish(&m);
-	if (ret)
-		return ret;
-	return tf__sess_ctl_send(s, &m, s->node->timeout_ms);
-}
-
-int tf__sess_open_flush(struct tf_session *s, bool closed)
+int tf__sess_open_send(struct tf_session *s, bool closed)
 {
 	int ret;
 
-	if (!s->open_due)
-		return 0;
 	s->open_due = false;
 	if (s->broken)
 		return -ENOTCONN;
@@ -476,6 +471,8 @@ static int open_granted(struct tf_session *s, const tf_session_params_t *params)
 {
 	struct tf_conn *c = s->c;
 	struct tf_grant g;
+	size_t priv_len;
+	const void *priv = params_priv(params, &priv_len);
 	int ret;
 
 	if (tf__now_ns() - c->kept_ns > TF_CTL_SOCKET_CHECK_NS) {
@@ -487,16 +484,14 @@ static int open_granted(struct tf_session *s, const tf_session_params_t *params)
 	if (tf__sess_flag(params, TF_SESSION_DEFER_OPEN)) {
 		/* Sent when the session first needs the server (or with
 		 * its close): tf__sess_open_flush. */
-		if ((params->field_mask & TF_SESSION_PARAM_PRIV) &&
-		    params->priv_len) {
-			memcpy(s->open_priv, params->priv, params->priv_len);
-			s->open_priv_len = params->priv_len;
-		}
+		if (priv_len)
+			memcpy(s->open_priv, priv, priv_len);
+		s->open_priv_len = priv_len;
 		s->open_grant = g.id;
 		s->open_due = true;
 		STAT(s->node, opens_deferred);
 	} else {
-		ret = send_open_params(s, params, g.id);
+		ret = send_open(s, priv, priv_len, g.id, 0);
 		if (ret)
 			return ret;
 	}
@@ -537,7 +532,10 @@ static int connect_reused(struct tf_node *node, struct tf_conn *c,
 	if (!ret && c->n_grants) {
 		ret = open_granted(s, params);
 	} else if (!ret) {
-		ret = send_open_params(s, params, 0);
+		size_t priv_len;
+		const void *priv = params_priv(params, &priv_len);
+
+		ret = send_open(s, priv, priv_len, 0, open_flags(params, 0));
 		if (!ret)
 			ret = client_accept(s, true);
 	}

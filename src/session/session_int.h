@@ -477,10 +477,15 @@ enum { TF_SESS_WR_SEND = 1, TF_SESS_WR_RECV = 2, TF_SESS_WR_INT = 3 };
 
 /* session.c and session_data.c share these. */
 void tf__sess_set_broken(struct tf_session *s, int why);
-/* Client: send the OPEN a TF_SESSION_DEFER_OPEN session still owes, if
- * it does (@closed: as its CLOSE too).  0, or -errno with the session
- * broken (connect.c). */
-int tf__sess_open_flush(struct tf_session *s, bool closed);
+/* Client: send the OPEN a TF_SESSION_DEFER_OPEN session still owes
+ * (@closed: as its CLOSE too).  0, or -errno with the session broken
+ * (connect.c). */
+int tf__sess_open_send(struct tf_session *s, bool closed);
+/* The same if it owes one: a load and a branch on the data path. */
+static inline int tf__sess_open_flush(struct tf_session *s, bool closed)
+{
+	return TF__UNLIKELY(s->open_due) ? tf__sess_open_send(s, closed) : 0;
+}
 /* Read the control messages that arrived, without blocking. */
 void tf__sess_ctrl_step(struct tf_session *s);
 /* Poll the CQ once: internal completions update their exposure, the

@@ -723,7 +723,7 @@ int tf_session_revoke(tf_session_t *s)
 {
 	struct tf_node *node;
 	uint64_t t0 = tf__now_ns();
-	bool qp_ok;
+	bool qp_ok, missed = false;
 	int ret = 0;
 
 	if (!s)
@@ -735,11 +735,14 @@ int tf_session_revoke(tf_session_t *s)
 	if (s->server && s->rinv && !s->rinv_done && qp_ok)
 		rinv_wait(s);
 	if (s->server && s->rinv && !s->rinv_done) {
-		/* Revoked here instead: the receive stays posted, and a
-		 * SEND_WITH_INV that still came would fail the QP on the
-		 * revoked window.  The connection ends with the session. */
+		/* Revoked here instead, by freeing the window: a LOCAL_INV
+		 * would race the SEND_WITH_INV that may still be on its way,
+		 * and fail when that came first.  The receive stays posted,
+		 * and such a SEND_WITH_INV fails it and the QP (the sender
+		 * gets its ACK): the connection ends with the session. */
 		s->rinv = false;
 		s->c->no_keep = true;
+		missed = true;
 		STAT(node, remote_inv_missed);
 	}
 	/* Invalidate every live window on the QP it was bound on; the
@@ -751,7 +754,7 @@ int tf_session_revoke(tf_session_t *s)
 					.send_flags = TF_SEND_SIGNALED,
 					.invalidate_rkey = e->info.rkey};
 
-		if (!e->live || !e->mw || !qp_ok)
+		if (!e->live || !e->mw || !qp_ok || (i == 0 && missed))
 			continue;
 		if (i == 0 && s->rinv_done) {
 			/* The client's SEND_WITH_INV revoked it. */
@@ -778,8 +781,11 @@ int tf_session_revoke(tf_session_t *s)
 			 * error, flushed, timed out) is freed instead:
 			 * freeing a window revokes it too.  Such a QP is
 			 * never reused. */
-			if (qp_ok && !e->pending &&
-			    e->status == TF_WC_SUCCESS) {
+			if (i == 0 && missed && qp_ok) {
+				/* Freed, not invalidated (above). */
+				tf_mw_dealloc(e->mw);
+			} else if (qp_ok && !e->pending &&
+				   e->status == TF_WC_SUCCESS) {
 				tf__mw_put(node, e->mw);
 			} else {
 				tf_mw_dealloc(e->mw);

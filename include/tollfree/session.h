@@ -242,7 +242,7 @@ typedef struct tf_node_stats {
 	 * a client's SEND_WITH_INV revoked; client, SEND_WITH_INVs its
 	 * closes sent.  remote_inv_missed (server): sessions that agreed
 	 * to it but revoked before the client's SEND_WITH_INV arrived, so
-	 * invalidated the window themselves and did not keep the
+	 * revoked the window themselves (freed it) and did not keep the
 	 * connection. */
 	uint64_t remote_inv;
 	uint64_t remote_inv_missed;

@@ -292,6 +292,10 @@ struct soft_mw {
 	/* The windows bound to one QP, so that destroying the QP unbinds
 	 * them without a walk of the whole TPT.  ctx->lock. */
 	struct soft_mw *qp_next, *qp_prev;
+	/* TPT slots reserved for binds of it still queued (RESERVED, owned
+	 * by it), so that a dealloc walks the TPT only when some are.
+	 * ctx->lock. */
+	uint32_t n_reserved;
 };
 
 /* A completion queue: a ring the engine writes under the CQ lock and the
@@ -811,9 +815,11 @@ int soft_mw_dealloc(struct tf_mw *mw);
 enum tf_wc_status soft_mw_bind(struct soft_qp *qp, struct soft_swqe *wqe);
 enum tf_wc_status soft_local_inv(struct soft_qp *qp, uint32_t key);
 enum tf_wc_status soft_remote_inv(struct soft_qp *qp, uint32_t key);
-/* Revoke every window bound to @qp (QP destroy). */
+/* A BIND_MW WQE flushed before it executed: free the key it reserved at
+ * post time (soft_mw_reserve_key, 0 when none is free). */
 void soft_mw_bind_cancel(struct soft_qp *qp, struct soft_swqe *wqe);
 uint32_t soft_mw_reserve_key(struct soft_qp *qp, struct soft_mw *mw);
+/* Revoke every window bound to @qp (QP destroy). */
 void soft_mw_unbind_qp(struct soft_qp *qp);
 int soft_shmem_register(struct soft_ctx *ctx, int fd, void *addr,
 			uint64_t size);

@@ -752,12 +752,15 @@ int soft_mw_dealloc(struct tf_mw *base)
 	pthread_mutex_lock(&ctx->lock);
 	mw_unbind(ctx, mw);
 	/* Reserved keys of binds still queued keep pointing at @mw in
-	 * slot_owner; drop those references. */
-	for (uint32_t i = 0; i <= ctx->tpt_mask && atomic_load(&ctx->n_keys);
-	     i++)
+	 * slot_owner; drop those references (the bind or its flush frees
+	 * the slot).  A walk of the whole TPT, hence only when there are
+	 * any: it cost every dealloc tens of microseconds. */
+	for (uint32_t i = 0; i <= ctx->tpt_mask && mw->n_reserved; i++)
 		if (ctx->slot_owner[i] == mw &&
-		    ctx->tpt->slots[i].type == SOFT_TPT_RESERVED)
+		    ctx->tpt->slots[i].type == SOFT_TPT_RESERVED) {
 			ctx->slot_owner[i] = (void *)&ctx->slot_owner;
+			mw->n_reserved--;
+		}
 	pthread_mutex_unlock(&ctx->lock);
 	tf__free(mw);
 	return 0;
@@ -770,6 +773,8 @@ uint32_t soft_mw_reserve_key(struct soft_qp *qp, struct soft_mw *mw)
 
 	pthread_mutex_lock(&ctx->lock);
 	key = tpt_alloc(ctx, mw);
+	if (key)
+		mw->n_reserved++;
 	pthread_mutex_unlock(&ctx->lock);
 	return key;
 }
@@ -780,8 +785,13 @@ void soft_mw_bind_cancel(struct soft_qp *qp, struct soft_swqe *wqe)
 	uint32_t slot = wqe->rkey & ctx->tpt_mask;
 
 	pthread_mutex_lock(&ctx->lock);
-	if (ctx->tpt->slots[slot].type == SOFT_TPT_RESERVED)
+	if (ctx->tpt->slots[slot].type == SOFT_TPT_RESERVED) {
+		/* Still the window's, unless a dealloc disowned it. */
+		if (ctx->slot_owner[slot] == wqe->bind.wr.bind_mw.mw)
+			((struct soft_mw *)wqe->bind.wr.bind_mw.mw)
+				->n_reserved--;
 		tpt_free(ctx, slot);
+	}
 	pthread_mutex_unlock(&ctx->lock);
 }
 
@@ -825,6 +835,11 @@ enum tf_wc_status soft_mw_bind(struct soft_qp *qp, struct soft_swqe *wqe)
 		 b->addr - (uintptr_t)mr->base.addr >
 			 mr->base.length - b->length)
 		why = "window range outside the region";
+	/* The slot stops being a reservation, the window's unless a
+	 * dealloc disowned it. */
+	if (ctx->slot_owner[slot] == mw &&
+	    ctx->tpt->slots[slot].type == SOFT_TPT_RESERVED)
+		mw->n_reserved--;
 	if (why) {
 		if (ctx->tpt->slots[slot].type == SOFT_TPT_RESERVED)
 			tpt_free(ctx, slot);

@@ -255,11 +255,17 @@ static int pin_range(uintptr_t start, size_t npages)
 	pin_ours += fresh;
 	/* mlock is not nestable: pages the application locked itself must
 	 * stay locked after we deregister.  When all locked memory is ours
-	 * (the usual case) none of the fresh pages can be; otherwise ask
-	 * the kernel which VMAs are locked. */
-	if (fresh &&
-	    vmlck_bytes() != (long)((pin_ours - fresh) * SOFT_PAGE_SIZE))
-		mark_external(start, start + npages * SOFT_PAGE_SIZE);
+	 * (the usual case) none of the fresh pages can be, nor when none is
+	 * locked at all (a sanitizer makes every mlock a no-op: reading
+	 * smaps at each registration made them milliseconds); otherwise
+	 * ask the kernel which VMAs are locked. */
+	if (fresh) {
+		long lck = vmlck_bytes();
+
+		if (lck != 0 &&
+		    lck != (long)((pin_ours - fresh) * SOFT_PAGE_SIZE))
+			mark_external(start, start + npages * SOFT_PAGE_SIZE);
+	}
 	if (mlock((void *)start, npages * SOFT_PAGE_SIZE)) {
 		int err = errno;
 		unsigned char vec;

@@ -115,6 +115,41 @@ static void expect(struct side *s, struct side *o, uint64_t wr_id,
 	       (unsigned long long)wr_id, tf_wc_status_str(st));
 }
 
+/* A new QP pair and window, and the window's BIND_MW queued on @qa;
+ * *@k0: A's live keys before. */
+static tf_mw_t *start(tf_qp_t **qa, tf_qp_t **qb, tf_mr_t *mr, unsigned *k0)
+{
+	tf_mw_t *mw;
+
+	pair(qa, qb);
+	*k0 = live_keys(&a);
+	CHECK_OK(tf_mw_alloc(a.pd, &mw));
+	send_then_bind(*qa, mr, mw);
+	CHECK(((struct soft_mw *)mw)->n_reserved == 1);
+	CHECK(live_keys(&a) == *k0 + 1);
+	return mw;
+}
+
+/* Free @mw, whose bind is queued: its reserved slot no longer names it
+ * (it stays reserved until the bind ends). */
+static void free_queued(tf_mw_t *mw)
+{
+	uint32_t key = tf_mw_rkey(mw);
+	uintptr_t id = (uintptr_t)mw;
+	unsigned k = live_keys(&a);
+
+	CHECK(owns(id, key));
+	CHECK_OK(tf_mw_dealloc(mw));
+	CHECK(!owns(id, key));
+	CHECK(live_keys(&a) == k);
+}
+
+static void end(tf_qp_t *qa, tf_qp_t *qb)
+{
+	CHECK_OK(tf_qp_destroy(qa));
+	CHECK_OK(tf_qp_destroy(qb));
+}
+
 int main(void)
 {
 	tf_qp_t *qa, *qb;
@@ -122,8 +157,6 @@ int main(void)
 	tf_mw_t *mw;
 	uint8_t *mem;
 	unsigned k0;
-	uint32_t key;
-	uintptr_t id;
 
 	tf_test_begin("soft_mw_dealloc");
 	side_open(&a);
@@ -134,10 +167,7 @@ int main(void)
 	tf_test_fill(mem, LEN, 3);
 
 	/* 1. */
-	pair(&qa, &qb);
-	CHECK_OK(tf_mw_alloc(a.pd, &mw));
-	send_then_bind(qa, mr, mw);
-	CHECK(((struct soft_mw *)mw)->n_reserved == 1);
+	mw = start(&qa, &qb, mr, &k0);
 	post_recv_b(qb);
 	expect(&a, &b, 1, TF_WC_SUCCESS);
 	expect(&a, &b, 2, TF_WC_SUCCESS);
@@ -160,48 +190,24 @@ int main(void)
 		CHECK_FILL(b.buf, 64, 3);
 	}
 	CHECK_OK(tf_mw_dealloc(mw));
-	CHECK_OK(tf_qp_destroy(qa));
-	CHECK_OK(tf_qp_destroy(qb));
+	end(qa, qb);
 
 	/* 2. */
-	pair(&qa, &qb);
-	k0 = live_keys(&a);
-	CHECK_OK(tf_mw_alloc(a.pd, &mw));
-	send_then_bind(qa, mr, mw);
-	key = tf_mw_rkey(mw);
-	id = (uintptr_t)mw;
-	CHECK(owns(id, key));
-	CHECK(live_keys(&a) == k0 + 1);
-	CHECK_OK(tf_mw_dealloc(mw));
-	CHECK(!owns(id, key));
-	/* The slot stays reserved, owned by nobody, until the bind ends. */
-	CHECK(live_keys(&a) == k0 + 1);
+	free_queued(start(&qa, &qb, mr, &k0));
 	post_recv_b(qb);
 	expect(&a, &b, 1, TF_WC_SUCCESS);
 	expect(&a, &b, 2, TF_WC_MW_BIND_ERR);
 	CHECK(live_keys(&a) == k0);
-	CHECK_OK(tf_qp_destroy(qa));
-	CHECK_OK(tf_qp_destroy(qb));
+	end(qa, qb);
 
 	/* 3. */
-	pair(&qa, &qb);
-	k0 = live_keys(&a);
-	CHECK_OK(tf_mw_alloc(a.pd, &mw));
-	send_then_bind(qa, mr, mw);
-	key = tf_mw_rkey(mw);
-	id = (uintptr_t)mw;
-	CHECK_OK(tf_mw_dealloc(mw));
-	CHECK(!owns(id, key));
+	free_queued(start(&qa, &qb, mr, &k0));
 	CHECK_OK(tf_qp_destroy(qa));
 	CHECK(live_keys(&a) == k0);
 	CHECK_OK(tf_qp_destroy(qb));
 
 	/* 4. */
-	pair(&qa, &qb);
-	k0 = live_keys(&a);
-	CHECK_OK(tf_mw_alloc(a.pd, &mw));
-	send_then_bind(qa, mr, mw);
-	CHECK(((struct soft_mw *)mw)->n_reserved == 1);
+	mw = start(&qa, &qb, mr, &k0);
 	CHECK_OK(tf_qp_destroy(qa));
 	CHECK(((struct soft_mw *)mw)->n_reserved == 0);
 	CHECK(live_keys(&a) == k0);

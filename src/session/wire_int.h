@@ -134,8 +134,9 @@
  * which its connection's QP could already reach.  A session that closes
  * first sends one message, the OPEN with TF_WIRE_OPEN_CLOSED, after its
  * data as a CLOSE goes (tf__sess_fence): the server opens the session
- * with the client's CLOSE already in, and answers with its own CLOSE.  A server that refuses it sends
- * REJECT and ends the connection (its windows end with it).  The server
+ * with the client's CLOSE already in, and answers with its own CLOSE.
+ * A server that refuses it sends REJECT and ends the connection (its
+ * windows end with it).  The server
  * sends a GRANT when a session on the connection ended and the
  * connection is kept, until the client holds grant_depth of them; a
  * client holds at most TF_WIRE_MAX_GRANTS and takes the oldest first.

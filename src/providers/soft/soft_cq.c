@@ -130,6 +130,7 @@ int soft_cq_destroy(struct tf_cq *base)
  */
 int soft_cq_push(struct soft_cq *cq, const struct tf_wc *wc)
 {
+	bool wake = false;
 	int ret = 0;
 
 	pthread_spin_lock(&cq->lock);
@@ -147,12 +148,20 @@ int soft_cq_push(struct soft_cq *cq, const struct tf_wc *wc)
 		cq->tail++;
 		atomic_store_explicit(&cq->count, cq->tail - cq->head,
 				      memory_order_release);
+		/* The arm flag is consumed by exactly one producer, which
+		 * signals the fd once per arm, as ibv_req_notify_cq.  Read
+		 * under the lock that soft_cq_arm sets it under: either
+		 * the arm came first and is seen here, or this completion
+		 * came first and the arm's caller, polling after it, finds
+		 * it.  Outside the lock the flag could be read before the
+		 * count's store was visible, and each side miss the other
+		 * (store buffering): a completion neither signalled nor
+		 * found, and its consumer asleep on the fd. */
+		wake = atomic_load_explicit(&cq->armed, memory_order_relaxed) &&
+		       atomic_exchange(&cq->armed, false);
 	}
 	pthread_spin_unlock(&cq->lock);
-	/* The arm flag is consumed by exactly one producer, which signals
-	 * the fd once per arm, as ibv_req_notify_cq. */
-	if (!ret && atomic_load_explicit(&cq->armed, memory_order_relaxed) &&
-	    atomic_exchange(&cq->armed, false)) {
+	if (wake) {
 		uint64_t one = 1;
 
 		wake_slot_disarm(soft_ctx_of(cq->base.ctx), cq);
@@ -214,7 +223,7 @@ int soft_cq_arm(struct tf_cq *base)
 {
 	struct soft_cq *cq = (struct soft_cq *)base;
 	struct soft_ctx *ctx = soft_ctx_of(base->ctx);
-	bool first;
+	bool first, was_armed;
 	uint64_t v;
 	int ret;
 
@@ -232,7 +241,11 @@ int soft_cq_arm(struct tf_cq *base)
 	 * is found by the caller's look once more. */
 	if (ctx->shm_up)
 		soft_shm_pay_owed(ctx);
-	if (atomic_exchange(&cq->armed, true)) {
+	/* Under the CQ's lock, against soft_cq_push's look at the flag. */
+	pthread_spin_lock(&cq->lock);
+	was_armed = atomic_exchange(&cq->armed, true);
+	pthread_spin_unlock(&cq->lock);
+	if (was_armed) {
 		/* Still armed, and its bit maybe taken by a peer that woke
 		 * the sleeper directly: offer it again. */
 		if (cq->wake_slot >= 0)

@@ -310,6 +310,8 @@ struct soft_cq {
 	_Atomic uint32_t count;
 	bool overflow;
 	int efd; /* tf_cq_fd: written when a completion arrives while armed */
+	/* Set by soft_cq_arm, consumed by the push that signals efd: both
+	 * under @lock (see soft_cq_push). */
 	_Atomic bool armed;
 	/* Its word in soft_tpt_ctl.cq_wake (-1: none, all taken) and the
 	 * generation it holds there. */

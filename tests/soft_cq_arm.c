@@ -101,7 +101,7 @@ int main(void)
 	tf_context_params_t cp = {.field_mask = TF_CONTEXT_PARAM_PROVIDER,
 				  .provider = "soft"};
 	const char *e = getenv("TF_TEST_CQ_ARM_ROUNDS");
-	long rounds = e ? atol(e) : ROUNDS_DEFAULT;
+	long rounds = ROUNDS_DEFAULT;
 	unsigned found = 0, signalled = 0, lost = 0;
 	uint32_t seed = 0x2545f491u;
 	tf_context_t *ctx;
@@ -110,7 +110,14 @@ int main(void)
 	int efd;
 
 	tf_test_begin("soft_cq_arm");
-	CHECKF(rounds > 0, "TF_TEST_CQ_ARM_ROUNDS='%s'", e);
+	if (e) {
+		char *end;
+
+		rounds = strtol(e, &end, 10);
+		CHECKF(end != e && !*end && rounds > 0 && rounds <= INT32_MAX,
+		       "TF_TEST_CQ_ARM_ROUNDS='%s': expected a positive count",
+		       e);
+	}
 	CHECK_OK(tf_context_open(&cp, &ctx));
 	CHECK_OK(tf_cq_create(ctx, NULL, &base));
 	cq = (struct soft_cq *)base;

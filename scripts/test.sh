@@ -85,9 +85,11 @@ fi
 
 if [ "${TOLLFREE_TEST_QUICK:-0}" != 1 ]; then
 	# Sanitized code runs 5-15x slower: the long loops (100,000 sessions,
-	# 10,000 revocation attempts) are sized down so that they stay within
-	# the per-test timeout; the release run above keeps the full counts.
-	export TF_TEST_SESSIONS=3000 TF_TEST_REVOKE_ATTEMPTS=1000
+	# 10,000 revocation attempts, 200,000 CQ arm races) are sized down so
+	# that they stay within the per-test timeout; the release run above
+	# keeps the full counts.
+	export TF_TEST_SESSIONS=3000 TF_TEST_REVOKE_ATTEMPTS=1000 \
+		TF_TEST_CQ_ARM_ROUNDS=50000
 	# The session layer's default 2 s limit on each handshake step is
 	# sized for real runs; TSan's 5-15x, with two tests at once on two
 	# cores, exceeded it now and then (a connect timing out after
@@ -102,7 +104,8 @@ if [ "${TOLLFREE_TEST_QUICK:-0}" != 1 ]; then
 		TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$top/scripts/tsan.supp \
 			run_ctest tsan build-ci/tsan
 	fi
-	unset TF_TEST_SESSIONS TF_TEST_REVOKE_ATTEMPTS TOLLFREE_SESSION_TIMEOUT_MS
+	unset TF_TEST_SESSIONS TF_TEST_REVOKE_ATTEMPTS TF_TEST_CQ_ARM_ROUNDS \
+		TOLLFREE_SESSION_TIMEOUT_MS
 fi
 
 # clang must build warning-free too; its tests are not run again.

@@ -19,7 +19,10 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "soft_int.h"
 #include "tf_test.h"

@@ -36,15 +36,6 @@ static struct soft_cq *cq;
 static _Atomic uint32_t go, done;
 static atomic_bool stop;
 
-static inline void cpu_pause(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 /* Spin for the other thread, yielding after a while: on a loaded
  * machine (or one CPU) it may not be running. */
 static void spin_wait(const _Atomic uint32_t *v, uint32_t want)
@@ -54,7 +45,7 @@ static void spin_wait(const _Atomic uint32_t *v, uint32_t want)
 	     !atomic_load_explicit(&stop, memory_order_relaxed);
 	     k++) {
 		if (k < 4096)
-			cpu_pause();
+			tf__cpu_relax();
 		else
 			sched_yield();
 	}
@@ -63,7 +54,7 @@ static void spin_wait(const _Atomic uint32_t *v, uint32_t want)
 static void delay(unsigned n)
 {
 	for (unsigned i = 0; i < n; i++)
-		cpu_pause();
+		tf__cpu_relax();
 }
 
 static uint32_t next_rand(uint32_t *s)
